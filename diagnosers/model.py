@@ -1,0 +1,340 @@
+"""The trace model: a columnar operation table plus job metadata.
+
+One row per operation, stored as parallel numpy arrays (no Python object per op) so that a
+two-million-op job fits in memory and the engine can work on whole columns. Column names and the
+``-1`` conventions follow the study artifact's schema (see ``docs/FORMAT.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from diagnosers.vocab import DEFAULT_GPUS_PER_HOST
+
+
+class OpKind(StrEnum):
+    """How the what-if method treats an op type."""
+
+    COMPUTE = "compute"  # local op, ideal duration = mean
+    PP_COMM = "pp-comm"  # point-to-point between neighbouring stages
+    DP_COMM = "dp-comm"  # collective over the DP group, synchronised across DP ranks
+    GROUP_COMM = "group-comm"  # collective over a fixed group (embedding: first+last stage)
+    LOCAL_COMM = "local-comm"  # TP-group collective; TP is collapsed so it is a local op
+    BARRIER = "barrier"  # global collective across every stage and DP rank
+
+
+# The modelled op types (METHOD.md A1), in a fixed order: an op's ``optype`` column holds an index
+# into this tuple. Never reorder; append only.
+OPTYPES: tuple[str, ...] = (
+    "forward-compute",
+    "backward-compute",
+    "optimizer",
+    "gc",
+    "forward-send",
+    "forward-recv",
+    "backward-send",
+    "backward-recv",
+    "params-all-gather",
+    "grads-reduce-scatter",
+    "separate-grads-all-reduce",
+    "embedding-grads-all-reduce",
+    "layernorm-grads-all-reduce",
+    "optimizer-clip-main-grad",
+)
+OPTYPE_CODE: dict[str, int] = {name: i for i, name in enumerate(OPTYPES)}
+
+OPTYPE_KIND: dict[str, OpKind] = {
+    "forward-compute": OpKind.COMPUTE,
+    "backward-compute": OpKind.COMPUTE,
+    "optimizer": OpKind.COMPUTE,
+    "gc": OpKind.COMPUTE,
+    "forward-send": OpKind.PP_COMM,
+    "forward-recv": OpKind.PP_COMM,
+    "backward-send": OpKind.PP_COMM,
+    "backward-recv": OpKind.PP_COMM,
+    "params-all-gather": OpKind.DP_COMM,
+    "grads-reduce-scatter": OpKind.DP_COMM,
+    "separate-grads-all-reduce": OpKind.DP_COMM,
+    "embedding-grads-all-reduce": OpKind.GROUP_COMM,
+    "layernorm-grads-all-reduce": OpKind.LOCAL_COMM,
+    "optimizer-clip-main-grad": OpKind.BARRIER,
+}
+
+# Idealisation treats every non-compute kind as communication (median), compute as mean.
+COMM_OPTYPES: frozenset[str] = frozenset(n for n, k in OPTYPE_KIND.items() if k is not OpKind.COMPUTE)
+COMPUTE_OPTYPES: frozenset[str] = frozenset(n for n, k in OPTYPE_KIND.items() if k is OpKind.COMPUTE)
+P2P_OPTYPES: tuple[str, ...] = ("forward-send", "forward-recv", "backward-send", "backward-recv")
+
+# Batched P2P names are split into their two directional ops with the same timing.
+BATCHED_P2P: dict[str, tuple[str, str]] = {
+    "forward-send-backward-recv": ("forward-send", "backward-recv"),
+    "backward-send-forward-recv": ("backward-send", "forward-recv"),
+    "forward-send-forward-recv": ("forward-send", "forward-recv"),
+    "backward-send-backward-recv": ("backward-send", "backward-recv"),
+}
+
+# Other spellings of a modelled slot.
+ALIASES: dict[str, str] = {
+    "grads-reduce": "grads-reduce-scatter",
+    "grads-all-reduce": "grads-reduce-scatter",
+}
+
+# Names folded into the surrounding compute (tensor-parallel collectives: TP is collapsed).
+FOLDED_PREFIXES: tuple[str, ...] = ("tp-",)
+
+# Wrapper and sub-timer spans: ignored, with a note in the report.
+IGNORED_NAMES: frozenset[str] = frozenset(
+    {
+        "train-step",
+        "forward-backward",
+        "optimizer-inner-step",
+        "optimizer-copy-to-main-grad",
+        "optimizer-copy-main-to-model-params",
+        "optimizer-count-zeros",
+        "batch-generator",
+        "interval-time",
+        "first-op",
+        "forward-backward-send-forward-backward-recv",
+    }
+)
+IGNORED_SUFFIXES: tuple[str, ...] = ("-nonoverlapping",)
+
+
+class NameClass(StrEnum):
+    """What the op-name table says to do with a recorded name."""
+
+    MODELLED = "modelled"
+    BATCHED = "batched"
+    ALIAS = "alias"
+    FOLDED = "folded"
+    IGNORED = "ignored"
+    UNKNOWN = "unknown"
+
+
+def classify_name(name: str) -> NameClass:
+    """Look a recorded op name up in the op-name table (docs/FORMAT.md)."""
+    if name in OPTYPE_CODE:
+        return NameClass.MODELLED
+    if name in BATCHED_P2P:
+        return NameClass.BATCHED
+    if name in ALIASES:
+        return NameClass.ALIAS
+    if name.startswith(FOLDED_PREFIXES):
+        return NameClass.FOLDED
+    if name in IGNORED_NAMES or name.endswith(IGNORED_SUFFIXES):
+        return NameClass.IGNORED
+    return NameClass.UNKNOWN
+
+
+class TraceError(ValueError):
+    """Bad input. The message says what is wrong and where (file, rank, step, op)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        rank: int | None = None,
+        step: int | None = None,
+        op: str | None = None,
+    ) -> None:
+        self.file, self.rank, self.step, self.op = file, rank, step, op
+        where = [
+            f"{k}={v}"
+            for k, v in (("file", file), ("rank", rank), ("step", step), ("op", op))
+            if v is not None
+        ]
+        self.detail = message
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class JobMeta(BaseModel):
+    """Job metadata: parallel sizes and what the analysis needs to know about the hardware."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trial_name: str = "job"
+    run_id: str | int = 0
+    dp: int = Field(1, ge=1, description="data-parallel size")
+    pp: int = Field(1, ge=1, description="pipeline-parallel size (stages)")
+    tp: int = Field(1, ge=1, description="tensor-parallel size (collapsed: one traced rank per group)")
+    cp: int = Field(1, ge=1, description="context-parallel size (the artifact's dsp_size)")
+    vpp: int = Field(1, ge=1, description="virtual pipeline stages (model chunks) per stage")
+    world_size: int = Field(0, ge=0, description="dp*pp*tp*cp; 0 means derive it")
+    gpus_per_host: int = Field(DEFAULT_GPUS_PER_HOST, ge=1)
+    layers_per_stage: list[int] | None = Field(
+        None, description="transformer layers on each PP stage, if known"
+    )
+    source_format: str | None = Field(None, description="the reader that produced the trace")
+
+    @model_validator(mode="after")
+    def _derive_world(self) -> JobMeta:
+        if self.world_size == 0:
+            self.world_size = self.dp * self.pp * self.tp * self.cp
+        if self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
+            raise ValueError(
+                f"layers_per_stage has {len(self.layers_per_stage)} entries but pp={self.pp}"
+            )
+        return self
+
+    @classmethod
+    def from_artifact_yaml(cls, data: Mapping[str, Any], **overrides: Any) -> JobMeta:
+        """Build from the artifact's meta yaml keys (dp_size, pp_size, tp_size, dsp_size, ...)."""
+        mapping = {
+            "dp_size": "dp",
+            "pp_size": "pp",
+            "tp_size": "tp",
+            "dsp_size": "cp",
+            "cp_size": "cp",
+            "vpp_size": "vpp",
+        }
+        kw: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in mapping:
+                kw[mapping[key]] = value
+            elif key in cls.model_fields:
+                kw[key] = value
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+    def to_artifact_yaml(self) -> dict[str, Any]:
+        """The artifact's meta keys plus ``gpus_per_host`` and ``layers_per_stage``."""
+        out: dict[str, Any] = {
+            "trial_name": self.trial_name,
+            "run_id": self.run_id,
+            "dp_size": self.dp,
+            "dsp_size": self.cp,
+            "pp_size": self.pp,
+            "tp_size": self.tp,
+            "vpp_size": self.vpp,
+            "world_size": self.world_size,
+            "gpus_per_host": self.gpus_per_host,
+        }
+        if self.layers_per_stage is not None:
+            out["layers_per_stage"] = list(self.layers_per_stage)
+        return out
+
+
+# Column name -> dtype of the operation table (the artifact schema; optype is a code into OPTYPES).
+COLUMNS: dict[str, npt.DTypeLike] = {
+    "dp_rank": np.int32,
+    "stage": np.int32,
+    "rank": np.int64,
+    "step": np.int64,
+    "optype": np.int16,
+    "start_ts": np.float64,
+    "duration": np.float64,
+    "seq_id": np.int32,
+    "mc": np.int32,
+    "gmc": np.int32,
+    "mb_id": np.int32,
+}
+
+
+@dataclass
+class OpTable:
+    """Columnar operations: parallel arrays, one entry per op.
+
+    ``start_ts`` and ``duration`` are seconds. ``start_ts`` may be absolute or relative to the step
+    start (the engine only uses differences within a step). ``mc``, ``gmc`` and ``mb_id`` are -1 where
+    not applicable; ``seq_id`` is the op's position among ops of the same type on the same worker in
+    the same step, by start time.
+    """
+
+    dp_rank: npt.NDArray[np.int32]
+    stage: npt.NDArray[np.int32]
+    rank: npt.NDArray[np.int64]
+    step: npt.NDArray[np.int64]
+    optype: npt.NDArray[np.int16]
+    start_ts: npt.NDArray[np.float64]
+    duration: npt.NDArray[np.float64]
+    seq_id: npt.NDArray[np.int32]
+    mc: npt.NDArray[np.int32]
+    gmc: npt.NDArray[np.int32]
+    mb_id: npt.NDArray[np.int32]
+
+    def __post_init__(self) -> None:
+        n = len(self.dp_rank)
+        for name, dtype in COLUMNS.items():
+            arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
+            if arr.ndim != 1 or len(arr) != n:
+                raise TraceError(f"column {name!r} has shape {arr.shape}, expected ({n},)")
+            setattr(self, name, arr)
+
+    def __len__(self) -> int:
+        return len(self.dp_rank)
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> OpTable:
+        """Build from a mapping of column name to array-like; ``optype`` may hold names or codes."""
+        missing = [c for c in COLUMNS if c not in columns]
+        if missing:
+            raise TraceError(f"missing columns: {', '.join(missing)}")
+        cols = dict(columns)
+        opt = np.asarray(cols["optype"])
+        if opt.dtype.kind in "USO":
+            cols["optype"] = encode_optypes(opt)
+        return cls(**{name: cols[name] for name in COLUMNS})
+
+    @classmethod
+    def concat(cls, tables: Sequence[OpTable]) -> OpTable:
+        if not tables:
+            return cls.empty()
+        return cls(**{c: np.concatenate([getattr(t, c) for t in tables]) for c in COLUMNS})
+
+    @classmethod
+    def empty(cls) -> OpTable:
+        return cls(**{c: np.zeros(0, dtype=d) for c, d in COLUMNS.items()})
+
+    def take(self, index: npt.ArrayLike) -> OpTable:
+        """Rows selected by an integer index or a boolean mask."""
+        idx = np.asarray(index)
+        return OpTable(**{c: getattr(self, c)[idx] for c in COLUMNS})
+
+    def optype_names(self) -> npt.NDArray[np.str_]:
+        """The ``optype`` column as strings."""
+        return np.asarray(OPTYPES)[self.optype]
+
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        return {c: getattr(self, c) for c in COLUMNS}
+
+    @property
+    def end_ts(self) -> npt.NDArray[np.float64]:
+        return self.start_ts + self.duration
+
+
+def encode_optypes(names: Iterable[str] | npt.NDArray[Any]) -> npt.NDArray[np.int16]:
+    """Map modelled op-type names to codes; raises ``TraceError`` naming the first unknown one."""
+    arr = np.asarray(names, dtype=object)
+    uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
+    codes = np.empty(len(uniq), dtype=np.int16)
+    for i, name in enumerate(uniq):
+        if name not in OPTYPE_CODE:
+            raise TraceError(f"unknown op type {name!r}", op=str(name))
+        codes[i] = OPTYPE_CODE[name]
+    return codes[inverse].astype(np.int16)
+
+
+@dataclass
+class Trace:
+    """An operation table with its job metadata and what the reader noted while reading it."""
+
+    ops: OpTable
+    meta: JobMeta
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return [int(s) for s in np.unique(self.ops.step)]
+
+    @property
+    def n_workers(self) -> int:
+        return self.meta.dp * self.meta.pp

@@ -1,0 +1,108 @@
+"""The what-if report: one pydantic model, the public JSON contract of ``straggler-lens analyze``.
+
+Every consumer (detectors, remedies, heatmaps, MCP tools, REST) reads this model. Dict keys are
+strings in JSON (steps, DP ranks, stages and op-type names all become string keys).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnosers.model import JobMeta
+
+
+class WorkerSlowdown(BaseModel):
+    """Slowdown attributable to one worker (one DP rank x PP rank cell)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dp_rank: int
+    pp_rank: int
+    ranks: list[int] = Field(description="global ranks traced for this worker")
+    slowdown: float | None = Field(
+        description="exact S_w: mean step time with only this worker's ops put back into the "
+        "ideal run, over the ideal step time; None when exact runs were restricted to the top K"
+    )
+    slowdown_estimate: float = Field(
+        description="the artifact's estimate min(S_dp(w), S_pp(w))"
+    )
+
+
+class Attribution(BaseModel):
+    """Put-back attributions: start from the ideal run, restore one group's original durations."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by_optype: dict[str, float] = Field(
+        default_factory=dict,
+        description="S_t per op type; P2P types merged into forward-pp-comm / backward-pp-comm",
+    )
+    by_dp_rank: dict[str, float] = Field(default_factory=dict)
+    by_stage: dict[str, float] = Field(default_factory=dict)
+    by_optype_per_step: dict[str, dict[str, float]] = Field(default_factory=dict)
+    by_dp_rank_per_step: dict[str, dict[str, float]] = Field(default_factory=dict)
+    by_stage_per_step: dict[str, dict[str, float]] = Field(default_factory=dict)
+    by_worker: list[WorkerSlowdown] = Field(default_factory=list)
+    by_worker_exact_top_k: int | None = Field(
+        None, description="when set, exact per-worker runs were restricted to the top K by estimate"
+    )
+
+
+class RatioMetric(BaseModel):
+    """A "fix a subset" ratio (M_W / M_S): how much of the slowdown idealising a subset removes.
+
+    ``rem = (T - T_rem) / (T - T_ideal)`` where ``T_rem`` idealises only the subset;
+    ``add = (T_add - T_ideal) / (T - T_ideal)`` where ``T_add`` puts only the subset back.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float | None = Field(description="the metric (= rem); None when T == T_ideal")
+    rem: float | None = None
+    add: float | None = None
+    t_rem: float
+    t_add: float
+    t_orig: float
+    t_ideal: float
+    workers: list[tuple[int, int]] = Field(
+        default_factory=list, description="(dp_rank, pp_rank) of the idealised subset"
+    )
+
+
+class StepTimes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    actual: dict[str, float] = Field(description="measured step time (trace), per step")
+    no_delay: dict[str, float] = Field(description="simulated, original durations, launch delay 0")
+    ideal: dict[str, float] = Field(description="simulated, every op at its typical duration")
+
+
+class WhatIfReport(BaseModel):
+    """The result of the what-if analysis of one trace (METHOD.md A4-A5)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slowdown: float = Field(description="job slowdown S = mean T_s / mean T_ideal")
+    straggling: bool = Field(description="S >= 1.1")
+    decomposed: bool = Field(
+        description="S >= 1.03; below it the artifact leaves attributions empty (we still compute them)"
+    )
+    step_slowdown: dict[str, float] = Field(description="T_s / T_ideal per step")
+    launch_slowdown: float = Field(
+        description="mean actual step time / mean no-delay simulated step time"
+    )
+    simulation_error: float = Field(description="launch_slowdown - 1")
+    step_launch_gap: dict[str, float] = Field(
+        default_factory=dict,
+        description="per step: mean over workers of the gap before the worker's first op (s)",
+    )
+    attribution: Attribution
+    m_w: RatioMetric | None = Field(None, description="fix the slowest 3% of workers")
+    m_s: RatioMetric | None = Field(None, description="fix the last PP stage")
+    m_s_by_stage: dict[str, RatioMetric] = Field(default_factory=dict)
+    wasted_fraction: float = Field(description="1 - 1/S: share of GPU time lost to straggling")
+    step_times: StepTimes
+    job: JobMeta
+    n_ops: int
+    steps: list[int]
+    notes: list[str] = Field(default_factory=list, description="reader and engine notes")

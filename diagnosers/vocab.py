@@ -1,0 +1,140 @@
+"""The shared vocabulary: cause ids, pattern enums and the ``Location`` model.
+
+This is the one place the vocabulary lives. Detectors, remedies, the synthetic generator's labels
+and the incident library's signatures all import it, so a diagnosis can be compared with a label or
+with a past incident field by field.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CauseId(StrEnum):
+    """Known root causes of straggling (METHOD.md A6 plus causes seen in public incidents)."""
+
+    STAGE_IMBALANCE = "stage-imbalance"
+    SEQUENCE_LENGTH_IMBALANCE = "sequence-length-imbalance"
+    GC_PAUSE = "gc-pause"
+    FAULTY_MACHINE = "faulty-machine"
+    SLOW_COMMUNICATION = "slow-communication"
+    DATALOADER_STALL = "dataloader-stall"
+    CUDA_FALSE_DEPENDENCY = "cuda-false-dependency"
+    MEMORY_FRAGMENTATION = "memory-fragmentation"
+    MOE_LOAD_IMBALANCE = "moe-load-imbalance"
+    NONE = "none"
+
+
+CAUSE_DESCRIPTIONS: dict[CauseId, str] = {
+    CauseId.STAGE_IMBALANCE: "A pipeline stage carries more work than the others (typically the last "
+    "stage with the loss/logits layer, or the first with the embedding), so every step waits for it.",
+    CauseId.SEQUENCE_LENGTH_IMBALANCE: "Variable-length sequences make some microbatches or DP ranks far "
+    "costlier than others (attention is quadratic in length); the slow DP rank moves from step to step.",
+    CauseId.GC_PAUSE: "Python's automatic garbage collector stops a training process for hundreds of "
+    "milliseconds at random moments; ranks collect in different steps and wait for each other.",
+    CauseId.FAULTY_MACHINE: "One GPU or host is persistently slow (hardware fault, throttling, a noisy "
+    "neighbour), so every collective and pipeline transfer waits for it.",
+    CauseId.SLOW_COMMUNICATION: "Transfers on a link or a communication group are slow while compute is "
+    "normal (bad NIC, congestion, mis-routed traffic).",
+    CauseId.DATALOADER_STALL: "The input pipeline or host-side work delays the start of steps; op "
+    "durations are normal but the GPU idles between them.",
+    CauseId.CUDA_FALSE_DEPENDENCY: "Kernels on independent streams serialise behind a communication "
+    "kernel because they share CUDA hardware queues.",
+    CauseId.MEMORY_FRAGMENTATION: "The CUDA caching allocator fragments and stalls on frees and "
+    "re-allocations, slowing steps irregularly.",
+    CauseId.MOE_LOAD_IMBALANCE: "Mixture-of-experts routing sends more tokens to some experts, so the "
+    "ranks that host them compute longer.",
+    CauseId.NONE: "No straggler: the job runs at its ideal speed within noise.",
+}
+
+
+class Spatial(StrEnum):
+    """Where a slowdown sits in the DP x PP grid."""
+
+    SINGLE_WORKER = "single-worker"
+    ONE_HOST = "one-host"
+    ONE_STAGE = "one-stage"
+    RANDOM_DP = "random-dp"
+    JOB_WIDE = "job-wide"
+
+
+class Temporal(StrEnum):
+    """How a slowdown behaves over the traced steps."""
+
+    PERSISTENT = "persistent"
+    SPORADIC = "sporadic"
+    GROWING = "growing"
+
+
+class Resource(StrEnum):
+    """Which kind of time a slowdown lives in."""
+
+    COMPUTE = "compute"
+    COMMUNICATION = "communication"
+    LAUNCH = "launch"
+
+
+class Pattern(BaseModel):
+    """A cause's shape in the vocabulary's terms; any field may be unknown."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spatial: Spatial | None = None
+    temporal: Temporal | None = None
+    resource: Resource | None = None
+
+
+class Location(BaseModel):
+    """Where a cause acts. Every list names the affected members explicitly.
+
+    - ``dp_ranks`` / ``pp_ranks``: the DP and PP coordinates involved (a hot PP row lists all its DP
+      ranks too);
+    - ``ranks``: the trace's global ranks (one traced rank per TP/CP group);
+    - ``hosts``: ``rank // gpus_per_host`` of those ranks;
+    - ``steps``: the affected step ids (a persistent cause lists every traced step).
+
+    An empty list means "not applicable / unknown", never "none affected".
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    dp_ranks: list[int] = Field(default_factory=list)
+    pp_ranks: list[int] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    hosts: list[int] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)
+
+
+# Broad incident categories of the fact sheet (research/incident_facts.jsonl) mapped to cause ids.
+# A category maps to zero or more causes; the incident library keeps the category as is.
+CATEGORY_TO_CAUSES: dict[str, tuple[CauseId, ...]] = {
+    "pipeline-stage-imbalance": (CauseId.STAGE_IMBALANCE,),
+    "sequence-length-imbalance": (CauseId.SEQUENCE_LENGTH_IMBALANCE,),
+    "gc-pause": (CauseId.GC_PAUSE,),
+    "faulty-hardware-gpu": (CauseId.FAULTY_MACHINE,),
+    "faulty-hardware-nic-network": (CauseId.SLOW_COMMUNICATION,),
+    "network-congestion": (CauseId.SLOW_COMMUNICATION,),
+    "storage-or-dataloader": (CauseId.DATALOADER_STALL,),
+    "kernel-false-dependency": (CauseId.CUDA_FALSE_DEPENDENCY,),
+    "cuda-memory-fragmentation": (CauseId.MEMORY_FRAGMENTATION,),
+    "moe-load-imbalance": (CauseId.MOE_LOAD_IMBALANCE,),
+    "thermal-or-power-throttling": (CauseId.FAULTY_MACHINE,),
+    "host-cpu-contention": (CauseId.FAULTY_MACHINE,),
+    "checkpointing-stall": (),
+    "software-bug-or-config": (),
+    "other": (),
+}
+
+# Which incident categories a detected cause corresponds to (the inverse view, for detectors).
+CAUSE_TO_CATEGORIES: dict[CauseId, tuple[str, ...]] = {
+    cause: tuple(cat for cat, causes in CATEGORY_TO_CAUSES.items() if cause in causes)
+    for cause in CauseId
+}
+
+# Thresholds of the method (METHOD.md A5): below DECOMPOSE_THRESHOLD the artifact skips the
+# decomposition; at or above STRAGGLING_THRESHOLD a job counts as straggling.
+DECOMPOSE_THRESHOLD = 1.03
+STRAGGLING_THRESHOLD = 1.1
+DEFAULT_GPUS_PER_HOST = 8
