@@ -107,6 +107,20 @@ class Location(BaseModel):
     steps: list[int] = Field(default_factory=list)
 
 
+class CauseSignature(BaseModel):
+    """A cause with its shape: what a diagnosis says, what a label holds, what an incident records.
+
+    The incident library compares these field by field to find similar cases.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cause: CauseId
+    pattern: Pattern = Field(default_factory=Pattern)
+    location: Location | None = None
+    confidence: float | None = Field(None, ge=0.0, le=1.0)
+
+
 # Broad incident categories of the fact sheet (research/incident_facts.jsonl) mapped to cause ids.
 # A category maps to zero or more causes; the incident library keeps the category as is.
 CATEGORY_TO_CAUSES: dict[str, tuple[CauseId, ...]] = {

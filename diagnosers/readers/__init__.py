@@ -1,0 +1,146 @@
+"""Trace readers, one module per input format, chosen by name or by sniffing the files.
+
+A reader module ``diagnosers.readers.<name>`` provides:
+
+- ``FORMAT_NAMES: tuple[str, ...]`` — the ``--format`` values it answers to;
+- ``sniff(path: Path, head: bytes) -> bool`` — whether a file looks like its format (``head`` is
+  the first 64 KiB, already gunzipped);
+- ``read(paths: list[Path], options: ReadOptions) -> Trace`` — parse, normalise and validate.
+
+Modules listed in ``READER_MODULES`` that are not present are skipped, so formats can land one by
+one. Every reader raises :class:`diagnosers.model.TraceError` naming file, rank, step and op.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnosers.model import Trace, TraceError
+
+# Sniffing order matters: the more specific formats first.
+READER_MODULES: tuple[str, ...] = ("native", "artifact", "ndtimeline", "kineto")
+
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass
+class ReadOptions:
+    """What the caller knows beyond the files: format, meta yaml and command-line job keys."""
+
+    format: str | None = None
+    meta_path: Path | None = None
+    dp: int | None = None
+    pp: int | None = None
+    tp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    gpus_per_host: int | None = None
+    layers_per_stage: list[int] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def overrides(self) -> dict[str, object]:
+        """The job keys given explicitly (None values dropped), in ``JobMeta`` field names."""
+        keys = ("dp", "pp", "tp", "cp", "vpp", "gpus_per_host", "layers_per_stage")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+
+def available_readers() -> dict[str, types.ModuleType]:
+    """Reader modules that are installed, by module name."""
+    found: dict[str, types.ModuleType] = {}
+    for name in READER_MODULES:
+        try:
+            found[name] = importlib.import_module(f"diagnosers.readers.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"diagnosers.readers.{name}":
+                raise
+    return found
+
+
+def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
+    """The first ``size`` bytes of a file, gunzipped when it is gzip-compressed."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    try:
+        if magic == b"\x1f\x8b":
+            with gzip.open(path, "rb") as gz:
+                return gz.read(size)
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """Files named directly, files inside named directories, and glob patterns, sorted."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if any(ch in str(raw) for ch in "*?["):
+            matches = sorted(Path().glob(str(raw))) if not p.is_absolute() else sorted(
+                Path(p.anchor).glob(str(p.relative_to(p.anchor)))
+            )
+            if not matches:
+                raise TraceError("glob matched no files", file=str(raw))
+            out.extend(m for m in matches if m.is_file())
+        elif p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if not files:
+                raise TraceError("directory holds no files", file=str(p))
+            out.extend(files)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise TraceError("no such file or directory", file=str(p))
+    return out
+
+
+def _is_meta_file(path: Path) -> bool:
+    return path.suffix.lower() in {".yaml", ".yml"}
+
+
+def detect_format(paths: Sequence[Path]) -> str:
+    """The module name of the first reader whose ``sniff`` accepts the first data file."""
+    readers = available_readers()
+    first = paths[0]
+    head = read_head(first)
+    for name, module in readers.items():
+        if module.sniff(first, head):
+            return name
+    known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
+    raise TraceError(f"cannot tell the trace format; pass --format (one of: {known})", file=str(first))
+
+
+def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) -> Trace:
+    """Read one job's trace from files, directories or globs.
+
+    A ``.yaml``/``.yml`` among the paths is taken as the meta file unless ``options.meta_path`` is set.
+    """
+    opts = options or ReadOptions()
+    files = expand_paths(paths)
+    metas = [f for f in files if _is_meta_file(f)]
+    data = [f for f in files if not _is_meta_file(f)]
+    if not data:
+        raise TraceError("no trace files given (only meta files)")
+    if metas and opts.meta_path is None:
+        if len(metas) > 1:
+            raise TraceError(f"several meta files given: {', '.join(str(m) for m in metas)}")
+        opts.meta_path = metas[0]
+    readers = available_readers()
+    if opts.format:
+        module = next(
+            (m for m in readers.values() if opts.format in m.FORMAT_NAMES or opts.format == m.__name__),
+            None,
+        )
+        if module is None:
+            known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
+            raise TraceError(f"unknown format {opts.format!r}; known formats: {known}")
+    else:
+        module = readers[detect_format(data)]
+    trace: Trace = module.read(data, opts)
+    trace.sources = [str(f) for f in data]
+    return trace
