@@ -1,0 +1,189 @@
+"""Reader for the what-if study artifact's schema: parquet, CSV or JSON Lines, optionally gzipped.
+
+One row per op with the columns ``dp_rank, stage, rank, step, optype, start_ts, duration`` and
+optionally ``seq_id, mc, gmc, mb_id`` (docs/FORMAT.md). Job metadata comes from the meta yaml
+(``--meta``, a ``.yaml`` among the paths, or ``meta-<name>.yaml`` / ``meta.yaml`` beside a
+``trace-<name>.*`` file), from the ``ReadOptions`` keys, or failing both from the data (dp and pp
+as the largest rank index + 1). Several files are concatenated (e.g. one per rank or per step).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.model import JobMeta, Trace, TraceError
+from diagnosers.readers import ReadOptions
+from diagnosers.readers.normalize import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, meta_from_data, normalize
+
+FORMAT_NAMES: tuple[str, ...] = ("artifact", "parquet", "csv", "jsonl")
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def _kind_of(path: Path, head: bytes) -> str:
+    """``parquet``, ``jsonl`` or ``csv`` from the file's first bytes."""
+    if head.startswith(_PARQUET_MAGIC):
+        return "parquet"
+    if head.lstrip().startswith(b"{"):
+        return "jsonl"
+    return "csv"
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """Parquet, or a CSV / JSON Lines whose first record names ``optype`` (and is not a job line)."""
+    if head.startswith(_PARQUET_MAGIC):
+        return True
+    first = head.lstrip().split(b"\n", 1)[0]
+    if first.startswith(b"{"):
+        return b'"optype"' in first and b'"job"' not in first
+    return b"optype" in first and b"," in first and b"dp_rank" in first
+
+
+def _open_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+    return data
+
+
+def _table_from_bytes(data: bytes, kind: str, source: str) -> Any:
+    """A pyarrow Table from parquet, CSV or JSON Lines bytes."""
+    import pyarrow as pa
+
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(pa.BufferReader(data))
+        if kind == "jsonl":
+            import pyarrow.json as pj
+
+            return pj.read_json(io.BytesIO(data))
+        import pyarrow.csv as pc
+
+        return pc.read_csv(io.BytesIO(data))
+    except pa.ArrowException as exc:
+        raise TraceError(f"cannot parse as {kind}: {exc}", file=source) from exc
+
+
+def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[Any]], list[str]]:
+    """Numpy columns from a pyarrow Table; ``optype`` comes back as indices into the returned names.
+
+    Nulls in optional columns become -1; nulls elsewhere are reported by ``normalize``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = set(table.column_names)
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise TraceError(f"missing columns: {', '.join(missing)}", file=source)
+    cols: dict[str, npt.NDArray[Any]] = {}
+    for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS):
+        if c not in names:
+            continue
+        col = table.column(c)
+        if c == "optype":
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if not pa.types.is_dictionary(col.type):
+                col = pc.cast(col, pa.string()).dictionary_encode()
+            if col.null_count:
+                raise TraceError("optype is empty in some rows", file=source)
+            cols[c] = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            categories = [str(x) for x in col.dictionary.to_pylist()]
+            continue
+        if c in OPTIONAL_COLUMNS and col.null_count:
+            col = pc.fill_null(col, -1)
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
+        cols[c] = col.to_numpy()
+    return cols, categories
+
+
+def read_columns(
+    paths: Sequence[Path], kind: str | None = None
+) -> tuple[dict[str, npt.NDArray[Any]], list[str]]:
+    """Concatenated columns of several artifact-schema files, with one shared optype name list."""
+    all_cols: list[dict[str, npt.NDArray[Any]]] = []
+    cats: list[str] = []
+    cat_index: dict[str, int] = {}
+    for path in paths:
+        data = _open_bytes(path)
+        k = kind or _kind_of(path, data[:8])
+        table = _table_from_bytes(data, k, str(path))
+        cols, local = columns_from_table(table, str(path))
+        remap = np.empty(len(local), dtype=np.int64)
+        for i, name in enumerate(local):
+            if name not in cat_index:
+                cat_index[name] = len(cats)
+                cats.append(name)
+            remap[i] = cat_index[name]
+        cols["optype"] = remap[cols["optype"]] if len(local) else cols["optype"]
+        all_cols.append(cols)
+    if len(all_cols) == 1:
+        return all_cols[0], cats
+    common = set.intersection(*(set(c) for c in all_cols))
+    return {c: np.concatenate([cols[c] for cols in all_cols]) for c in common}, cats
+
+
+def load_meta_yaml(path: Path) -> dict[str, Any]:
+    """The keys of a meta yaml file (the artifact's ``meta-*.yaml``)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise TraceError(f"cannot read meta yaml: {exc}", file=str(path)) from exc
+    if not isinstance(data, dict):
+        raise TraceError("meta yaml is not a mapping", file=str(path))
+    return data
+
+
+def find_meta_beside(path: Path) -> Path | None:
+    """``meta-<name>.yaml`` for ``trace-<name>.<ext>``, or ``meta.yaml``, in the same folder."""
+    stem = path.name.split(".", 1)[0]
+    candidates = []
+    if stem.startswith("trace-"):
+        candidates.append(path.with_name(f"meta-{stem[len('trace-'):]}.yaml"))
+    candidates.append(path.with_name("meta.yaml"))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def build_meta(
+    columns: dict[str, npt.NDArray[Any]], base: dict[str, Any], options: ReadOptions, fmt: str
+) -> JobMeta:
+    """Meta from yaml/job keys in ``base``, the explicit options over them, the data for the rest."""
+    merged = dict(base)
+    merged.update(options.overrides())
+    try:
+        meta = meta_from_data(columns, merged)
+    except ValueError as exc:
+        raise TraceError(f"bad job metadata: {exc}") from exc
+    meta.source_format = fmt
+    return meta
+
+
+def read(paths: list[Path], options: ReadOptions) -> Trace:
+    """Read artifact-schema files (see the module docstring) into a validated ``Trace``."""
+    kind = options.format if options.format in ("parquet", "csv", "jsonl") else None
+    cols, cats = read_columns(paths, kind)
+    meta_path = options.meta_path or find_meta_beside(paths[0])
+    base = load_meta_yaml(meta_path) if meta_path else {}
+    meta = build_meta(cols, base, options, "artifact")
+    source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+    trace = normalize(cols, meta, source=source, optype_categories=cats)
+    if meta_path is None and not options.overrides():
+        trace.notes.append(f"no meta yaml: took dp={meta.dp}, pp={meta.pp} from the data")
+    return trace

@@ -1,0 +1,354 @@
+"""Turn raw op columns from any reader into a validated :class:`~diagnosers.model.Trace`.
+
+Every reader (artifact schema, native JSON Lines, Kineto, NDTimeline) ends here, so the op-name table
+of ``diagnosers.model`` (``classify_name``) and the validation rules live in one place:
+
+- batched P2P names become two directional rows with the same timing;
+- aliases map to their modelled slot; ``tp-*`` collectives are dropped (their time lives inside the
+  surrounding compute spans); wrapper and sub-timer spans are dropped; both with a note;
+- any other name is an error naming the op and where it first occurs (``strict_names``);
+- missing columns, NaN or negative times, a worker holding ops of several ranks, a step whose op
+  multiset differs across the DP ranks of a stage, and P2P ops in a single-stage job are errors.
+
+Missing optional columns are derived: ``seq_id`` by start-time order within (worker, step, op type);
+``mb_id`` by order for compute ops (interleaved 1F1B rule when ``vpp > 1``); ``mc`` / ``gmc`` from the
+same rule for compute ops; -1 everywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.model import (
+    ALIASES,
+    BATCHED_P2P,
+    COLUMNS,
+    OPTYPE_CODE,
+    OPTYPES,
+    P2P_OPTYPES,
+    JobMeta,
+    NameClass,
+    OpTable,
+    Trace,
+    TraceError,
+    classify_name,
+)
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("seq_id", "mc", "gmc", "mb_id")
+
+_FWD = OPTYPE_CODE["forward-compute"]
+_BWD = OPTYPE_CODE["backward-compute"]
+_P2P_CODES = np.array([OPTYPE_CODE[n] for n in P2P_OPTYPES], dtype=np.int16)
+
+
+def _int_column(name: str, values: Any, n: int, source: str) -> npt.NDArray[np.int64]:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or len(arr) != n:
+        raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    if arr.dtype.kind in "iub":
+        return arr.astype(np.int64)
+    try:
+        f = arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"column {name!r} is not numeric: {exc}", file=source) from exc
+    bad = ~np.isfinite(f) | (f != np.round(f))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(f"column {name!r} holds a non-integer value {arr[i]!r} at row {i}", file=source)
+    return f.astype(np.int64)
+
+
+def _float_column(name: str, values: Any, n: int, source: str) -> npt.NDArray[np.float64]:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or len(arr) != n:
+        raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"column {name!r} is not numeric: {exc}", file=source) from exc
+
+
+def _group_rank(
+    keys: Sequence[npt.NDArray[Any]], order_keys: Sequence[npt.NDArray[Any]]
+) -> npt.NDArray[np.int64]:
+    """Position of each row inside its group (rows with equal ``keys``), ordered by ``order_keys``.
+
+    ``np.lexsort`` takes its last key as the primary one, so groups come last.
+    """
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(n), *order_keys, *keys[::-1]))
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for k in keys:
+        ks = k[order]
+        new[1:] |= ks[1:] != ks[:-1]
+    starts = np.where(new, np.arange(n), 0)
+    np.maximum.accumulate(starts, out=starts)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.arange(n) - starts
+    return out
+
+
+def meta_from_data(columns: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> JobMeta:
+    """A ``JobMeta`` whose ``dp`` / ``pp`` default to what the trace shows (max rank index + 1).
+
+    Keys given in ``base`` (JobMeta field names or the artifact's ``*_size`` keys) win.
+    """
+    given = dict(base or {})
+    meta = JobMeta.from_artifact_yaml(given)
+    kw = meta.model_dump()
+    dp = np.asarray(columns["dp_rank"])
+    st = np.asarray(columns["stage"])
+    if "dp" not in given and "dp_size" not in given and len(dp):
+        kw["dp"] = int(np.max(dp)) + 1
+    if "pp" not in given and "pp_size" not in given and len(st):
+        kw["pp"] = int(np.max(st)) + 1
+    if "world_size" not in given:
+        kw["world_size"] = 0
+    return JobMeta(**kw)
+
+
+def normalize(
+    columns: Mapping[str, npt.NDArray[Any]],
+    meta: JobMeta,
+    *,
+    source: str,
+    strict_names: bool = True,
+    optype_categories: Sequence[str] | None = None,
+) -> Trace:
+    """Map raw op names onto the model, derive missing columns, validate, and build a ``Trace``.
+
+    ``columns`` holds ``dp_rank, stage, rank, step, optype, start_ts, duration`` and optionally
+    ``seq_id, mc, gmc, mb_id``. ``optype`` holds the raw recorded names (strings); when
+    ``optype_categories`` is given it holds integer indices into that list instead (a dictionary
+    encoded column, which avoids a string sort for multi-million-row inputs). ``source`` names the
+    file(s) in error messages. With ``strict_names=False`` unknown names are dropped with a note
+    instead of raising. Output rows are sorted by (step, dp rank, stage, op type, seq_id).
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise TraceError(f"missing columns: {', '.join(missing)}", file=source)
+    notes: list[str] = []
+    raw_opt = np.asarray(columns["optype"])
+    n = len(raw_opt)
+
+    # --- op names -> categories -> modelled codes
+    if optype_categories is not None:
+        cats = [str(c) for c in optype_categories]
+        inv = raw_opt.astype(np.int64)
+        if n and (inv.min() < 0 or inv.max() >= len(cats)):
+            raise TraceError("optype index outside its category list", file=source)
+    elif raw_opt.dtype.kind in "iu":
+        # already codes into OPTYPES
+        if n and (raw_opt.min() < 0 or raw_opt.max() >= len(OPTYPES)):
+            raise TraceError("optype code outside the modelled op types", file=source)
+        cats = list(OPTYPES)
+        inv = raw_opt.astype(np.int64)
+    else:
+        uniq, inv = np.unique(raw_opt.astype(str), return_inverse=True)
+        cats = [str(u) for u in uniq]
+        inv = inv.reshape(-1).astype(np.int64)
+
+    dp_rank = _int_column("dp_rank", columns["dp_rank"], n, source)
+    stage = _int_column("stage", columns["stage"], n, source)
+    rank = _int_column("rank", columns["rank"], n, source)
+    step = _int_column("step", columns["step"], n, source)
+    start_ts = _float_column("start_ts", columns["start_ts"], n, source)
+    duration = _float_column("duration", columns["duration"], n, source)
+
+    first_code = np.full(len(cats), -1, dtype=np.int64)
+    second_code = np.full(len(cats), -1, dtype=np.int64)
+    used = np.bincount(inv, minlength=len(cats)) if n else np.zeros(len(cats), dtype=np.int64)
+    split = aliased = False
+    for ci, name in enumerate(cats):
+        if used[ci] == 0:
+            continue  # e.g. a parquet category list naming an unused value
+        kind = classify_name(name)
+        count = int(used[ci])
+        if kind is NameClass.MODELLED:
+            first_code[ci] = OPTYPE_CODE[name]
+        elif kind is NameClass.BATCHED:
+            a, b = BATCHED_P2P[name]
+            first_code[ci], second_code[ci] = OPTYPE_CODE[a], OPTYPE_CODE[b]
+            split = True
+            notes.append(f"split {count} batched {name!r} ops into {a!r} + {b!r} with the same timing")
+        elif kind is NameClass.ALIAS:
+            first_code[ci] = OPTYPE_CODE[ALIASES[name]]
+            aliased = True
+            notes.append(f"read {count} {name!r} ops as {ALIASES[name]!r}")
+        elif kind is NameClass.FOLDED:
+            notes.append(f"folded {count} {name!r} ops into the surrounding compute (TP is collapsed)")
+        elif kind is NameClass.IGNORED:
+            notes.append(f"ignored {count} {name!r} spans (wrapper or sub-timer)")
+        else:
+            i = int(np.argmax(inv == ci))
+            if strict_names:
+                raise TraceError(
+                    f"unknown op type {name!r} (see the op-name table in docs/FORMAT.md)",
+                    file=source,
+                    rank=int(rank[i]),
+                    step=int(step[i]),
+                    op=name,
+                )
+            notes.append(f"dropped {count} ops of unknown type {name!r}")
+
+    primary = first_code[inv]
+    secondary = second_code[inv]
+    keep_idx = np.flatnonzero(primary >= 0)
+    dup_idx = np.flatnonzero(secondary >= 0)
+    rows = np.concatenate([keep_idx, dup_idx])
+    codes = np.concatenate([primary[keep_idx], secondary[dup_idx]]).astype(np.int16)
+    reordered = split or aliased
+    if len(rows) != n or split:
+        dp_rank, stage, rank, step = dp_rank[rows], stage[rows], rank[rows], step[rows]
+        start_ts, duration = start_ts[rows], duration[rows]
+    m = len(rows)
+    if m == 0:
+        raise TraceError("the trace holds no modelled ops", file=source)
+    names = np.asarray(OPTYPES)
+
+    def where(i: int) -> dict[str, Any]:
+        return {"file": source, "rank": int(rank[i]), "step": int(step[i]), "op": str(names[codes[i]])}
+
+    # --- values
+    for col, arr in (("start_ts", start_ts), ("duration", duration)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(f"{col} is {float(arr[i])}", **where(i))
+    if (duration < 0).any():
+        i = int(np.argmax(duration < 0))
+        raise TraceError(f"negative duration {float(duration[i])}", **where(i))
+    for col, iarr in (("dp_rank", dp_rank), ("stage", stage), ("rank", rank)):
+        if (iarr < 0).any():
+            i = int(np.argmax(iarr < 0))
+            raise TraceError(f"negative {col} {int(iarr[i])}", **where(i))
+    if (dp_rank >= meta.dp).any():
+        i = int(np.argmax(dp_rank >= meta.dp))
+        raise TraceError(f"dp_rank {int(dp_rank[i])} is outside the job's dp size {meta.dp}", **where(i))
+    if (stage >= meta.pp).any():
+        i = int(np.argmax(stage >= meta.pp))
+        raise TraceError(f"stage {int(stage[i])} is outside the job's pp size {meta.pp}", **where(i))
+
+    # --- one traced rank per worker (dp, pp)
+    worker = dp_rank * meta.pp + stage
+    n_workers = meta.dp * meta.pp
+    rmin = np.full(n_workers, np.iinfo(np.int64).max)
+    rmax = np.full(n_workers, -1, dtype=np.int64)
+    np.minimum.at(rmin, worker, rank)
+    np.maximum.at(rmax, worker, rank)
+    absent = np.flatnonzero(rmax < 0)
+    if len(absent):
+        w = int(absent[0])
+        raise TraceError(
+            f"no ops for worker dp_rank={w // meta.pp}, stage={w % meta.pp} "
+            f"({len(absent)} of {n_workers} workers missing; check --dp/--pp)",
+            file=source,
+        )
+    multi = np.flatnonzero(rmin != rmax)
+    if len(multi):
+        w = int(multi[0])
+        raise TraceError(
+            f"worker dp_rank={w // meta.pp}, stage={w % meta.pp} holds ops of ranks {int(rmin[w])} and "
+            f"{int(rmax[w])}; keep one traced rank per TP/CP group",
+            file=source,
+            rank=int(rmin[w]),
+        )
+
+    # --- P2P needs a neighbour stage
+    if meta.pp == 1:
+        p2p = np.isin(codes, _P2P_CODES)
+        if p2p.any():
+            i = int(np.argmax(p2p))
+            raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
+
+    # --- step multiset identical across the DP ranks of each stage
+    step_ids, step_idx = np.unique(step, return_inverse=True)
+    step_idx = step_idx.reshape(-1)
+    n_types = len(OPTYPES)
+    flat = ((stage * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
+    counts = np.bincount(flat, minlength=meta.pp * len(step_ids) * meta.dp * n_types).reshape(
+        meta.pp, len(step_ids), meta.dp, n_types
+    )
+    diff = counts != counts[:, :, :1, :]
+    if diff.any():
+        s, t, d, o = (int(x) for x in np.argwhere(diff)[0])
+        ref_rank = int(rmin[0 * meta.pp + s])
+        bad_rank = int(rmin[d * meta.pp + s])
+        raise TraceError(
+            f"step op multiset differs across DP ranks of stage {s}: dp_rank {d} has "
+            f"{counts[s, t, d, o]} {OPTYPES[o]!r} ops, dp_rank 0 (rank {ref_rank}) has {counts[s, t, 0, o]}",
+            file=source,
+            rank=bad_rank,
+            step=int(step_ids[t]),
+            op=OPTYPES[o],
+        )
+
+    # --- optional columns
+    given = {c: c in columns for c in OPTIONAL_COLUMNS}
+    if given["seq_id"] and not reordered:
+        seq_id = _int_column("seq_id", columns["seq_id"], n, source)[rows]
+    else:
+        seq_id = _group_rank([dp_rank, stage, step_idx, codes], [start_ts])
+        if given["seq_id"]:
+            notes.append("re-derived seq_id after splitting or renaming ops")
+    is_compute = (codes == _FWD) | (codes == _BWD)
+    if given["mb_id"]:
+        mb_id = _int_column("mb_id", columns["mb_id"], n, source)[rows]
+    else:
+        mb_id = np.full(m, -1, dtype=np.int64)
+    mc = _int_column("mc", columns["mc"], n, source)[rows] if given["mc"] else np.full(m, -1, dtype=np.int64)
+    if not (given["mb_id"] and given["mc"]) and is_compute.any():
+        k = seq_id[is_compute]
+        fwd = codes[is_compute] == _FWD
+        if meta.vpp == 1:
+            d_chunk = np.zeros(len(k), dtype=np.int64)
+            d_mb = k
+        else:
+            # Megatron's interleaved 1F1B: groups of pp microbatches cycle through the chunks;
+            # backward visits the chunks in reverse.
+            group = meta.pp * meta.vpp
+            d_chunk = (k % group) // meta.pp
+            d_chunk = np.where(fwd, d_chunk, meta.vpp - 1 - d_chunk)
+            d_mb = (k // group) * meta.pp + k % meta.pp
+            notes.append("derived model chunks and microbatch ids from the interleaved 1F1B schedule")
+        if not given["mb_id"]:
+            mb_id[is_compute] = d_mb
+        if not given["mc"]:
+            mc[is_compute] = d_chunk
+    if given["gmc"]:
+        gmc = _int_column("gmc", columns["gmc"], n, source)[rows]
+    else:
+        gmc = np.where(is_compute, mc * meta.pp + stage, -1)
+
+    # --- canonical order: step, dp rank, stage, op type, seq_id
+    max_seq = int(seq_id.max()) + 1 if m else 1
+    key = (((step_idx * meta.dp + dp_rank) * meta.pp + stage) * n_types + codes) * max_seq + seq_id
+    order = np.argsort(key, kind="stable")
+    if len(np.unique(key)) != m:
+        sk = key[order]
+        j = int(order[int(np.argmax(sk[1:] == sk[:-1])) + 1])
+        raise TraceError(f"duplicate seq_id {int(seq_id[j])}", **where(j))
+
+    ops = OpTable(
+        dp_rank=dp_rank[order].astype(np.int32),
+        stage=stage[order].astype(np.int32),
+        rank=rank[order],
+        step=step[order],
+        optype=codes[order],
+        start_ts=start_ts[order],
+        duration=duration[order],
+        seq_id=seq_id[order].astype(np.int32),
+        mc=mc[order].astype(np.int32),
+        gmc=gmc[order].astype(np.int32),
+        mb_id=mb_id[order].astype(np.int32),
+    )
+    assert set(COLUMNS) == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    return Trace(ops=ops, meta=meta, notes=notes, sources=[source])
