@@ -1,0 +1,633 @@
+"""PyTorch profiler (Kineto / Chrome-trace JSON) reader: one ``*.pt.trace.json[.gz]`` per rank.
+
+What it reads (see ``docs/PROFILER-TRACES.md`` and the Kineto research notes):
+
+- **Rank and layout**: ``distributedInfo.rank`` / ``world_size`` (falling back to a ``rank<N>`` /
+  ``worker<N>`` file name, then file order); DP / PP / TP / CP membership from ``pg_config`` group
+  descriptions where present, otherwise from the ``--dp/--pp/--tp/--cp`` options with Megatron's
+  default rank order (TP fastest, then CP, DP, PP slowest); with neither, ``dp = world size``.
+  Only ranks with TP rank 0 and CP rank 0 are kept (TP/CP are collapsed, as in the study).
+- **Steps**: ``ProfilerStep#N`` spans on the CPU side; without them the whole file is step 0.
+- **Timestamps**: µs, absolute epoch or relative to ``baseTimeNanoseconds``; converted to seconds.
+- **Ops**, by the first mode that applies:
+
+  1. *named*: ``record_function`` / user annotations that use the Megatron / NDTimeline timer
+     names (``forward-compute``, the P2P ops incl. batched ones, ``grads-reduce-scatter``,
+     ``optimizer`` ...). GPU-side copies (``gpu_user_annotation``) are preferred when they carry
+     the names, since they time the device work.
+  2. *plain DP*: no such names. Each step is split into forward / backward / optimizer phases by
+     ``## backward ##``-style annotations, autograd-engine ops and ``Optimizer.step#`` spans. The
+     compute of a phase is the busy time (union of intervals) of the non-communication GPU kernels
+     launched in it, or of the CPU ops when the trace has no kernels. Collectives (NCCL kernels of
+     both naming eras; else ``gloo:*`` / ``nccl:*`` CPU annotations) become DP-synced ops:
+     ``params-all-gather`` when issued in the forward phase, ``grads-reduce-scatter`` otherwise.
+
+Everything then goes through :func:`diagnosers.readers.normalize.normalize`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.model import JobMeta, NameClass, Trace, TraceError, classify_name
+from diagnosers.readers import ReadOptions, read_head
+
+FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
+
+STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+RANK_IN_NAME_RE = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
+# Communication kernels: NCCL (<= 2.18 ``ncclKernel_*``, >= 2.19 ``ncclDevKernel_*``, 2.27+
+# ``ncclSymkDevKernel_*``), RCCL (keeps the nccl names) and HCCL.
+COMM_KERNEL_RE = re.compile(r"^(?:nccl|rccl|hccl)|ncclKernel|ncclDevKernel|ncclSymk", re.IGNORECASE)
+COMM_CPU_PREFIXES: tuple[str, ...] = ("gloo:", "nccl:")
+# CPU ops that enqueue or wait for communication: not compute.
+NON_COMPUTE_CPU_PREFIXES: tuple[str, ...] = ("c10d::", "record_param_comms", "ProfilerStep", "gloo:", "nccl:")
+BACKWARD_ANNOTATION_RE = re.compile(r"^##\s*backward\s*##$|_post_backward|^backward$", re.IGNORECASE)
+AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
+OPTIMIZER_ANNOTATION_RE = re.compile(r"^##\s*optimizer\s*##$|^Optimizer\.step#", re.IGNORECASE)
+FORWARD_ANNOTATION_RE = re.compile(r"^##\s*forward\s*##$|\.forward$", re.IGNORECASE)
+
+_FWD, _BWD, _OPT = 0, 1, 2
+_PHASE_COMPUTE = ("forward-compute", "backward-compute", "optimizer")
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A JSON object with Kineto's top-level keys (``traceEvents``, ``schemaVersion``, ...)."""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    return text.startswith("{") and any(
+        f'"{k}"' in text for k in ("traceEvents", "schemaVersion", "distributedInfo", "deviceProperties")
+    )
+
+
+def load_json(path: Path) -> Any:
+    """Parse a JSON file, gunzipping it when it starts with the gzip magic."""
+    try:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        if gz:
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                return json.load(fh)
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not valid JSON: {exc}", file=str(path)) from exc
+
+
+@dataclass
+class RankFile:
+    """One rank's profiler output, reduced to the columns the reader needs."""
+
+    path: Path
+    rank: int
+    world_size: int | None
+    pg_config: list[dict[str, Any]]
+    # complete ('X') events as parallel arrays
+    name: npt.NDArray[np.object_]
+    cat: npt.NDArray[np.object_]
+    tid: npt.NDArray[np.object_]
+    ts: npt.NDArray[np.float64]  # absolute seconds
+    dur: npt.NDArray[np.float64]  # seconds
+    args: list[dict[str, Any]]
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start s, end s)
+
+
+def _rank_from_name(path: Path) -> int | None:
+    m = RANK_IN_NAME_RE.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def parse_file(path: Path, fallback_rank: int) -> RankFile:
+    """Read one per-rank trace: rank info, complete events in seconds, and step windows."""
+    doc = load_json(path)
+    if isinstance(doc, list):
+        events: Any = doc
+        doc = {}
+    elif isinstance(doc, dict):
+        events = doc.get("traceEvents")
+    else:
+        events = None
+    if not isinstance(events, list):
+        raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
+    dinfo = doc.get("distributedInfo") or {}
+    rank = dinfo.get("rank")
+    if not isinstance(rank, int):
+        named = _rank_from_name(path)
+        rank = named if named is not None else fallback_rank
+    world = dinfo.get("world_size")
+    world = int(world) if isinstance(world, int) and world > 0 else None
+    pg_config = [g for g in dinfo.get("pg_config") or [] if isinstance(g, dict)]
+
+    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    n = len(xs)
+    name = np.empty(n, dtype=object)
+    cat = np.empty(n, dtype=object)
+    tid = np.empty(n, dtype=object)
+    ts = np.empty(n, dtype=np.float64)
+    dur = np.empty(n, dtype=np.float64)
+    args: list[dict[str, Any]] = []
+    try:
+        for i, e in enumerate(xs):
+            name[i] = str(e.get("name", ""))
+            cat[i] = str(e.get("cat", ""))
+            tid[i] = e.get("tid")
+            ts[i] = float(e["ts"])
+            dur[i] = float(e.get("dur", 0.0))
+            a = e.get("args")
+            args.append(a if isinstance(a, dict) else {})
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"event with a non-numeric ts/dur: {exc}", file=str(path), rank=rank) from exc
+    base_ns = doc.get("baseTimeNanoseconds")
+    # Newer traces count ts from baseTimeNanoseconds; older ones hold absolute epoch µs (> 1e14).
+    if isinstance(base_ns, int | float) and n and float(np.nanmax(ts)) < 1e14:
+        ts = ts + float(base_ns) / 1e3
+    rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, ts / 1e6, dur / 1e6, args)
+    seen: dict[int, tuple[float, float]] = {}
+    for j in np.flatnonzero(cat == "user_annotation"):
+        m = STEP_RE.fullmatch(str(name[j]).strip())
+        if m:
+            k = int(m.group(1))
+            t0, t1 = float(rf.ts[j]), float(rf.ts[j] + rf.dur[j])
+            if k in seen:
+                t0, t1 = min(t0, seen[k][0]), max(t1, seen[k][1])
+            seen[k] = (t0, t1)
+    rf.steps = sorted((k, s, e) for k, (s, e) in seen.items())
+    return rf
+
+
+# ----------------------------------------------------------------------------------------------
+# Coordinates
+
+
+@dataclass
+class Layout:
+    """Job sizes and, per traced rank, its (dp_rank, stage) or None when it is dropped (TP/CP > 0)."""
+
+    dp: int
+    pp: int
+    tp: int
+    cp: int
+    world_size: int
+    coords: dict[int, tuple[int, int] | None]
+    source: str
+
+
+def _group_kind(desc: str) -> str | None:
+    d = desc.lower()
+    if "pipeline" in d or re.match(r"^pp(?:[_-]|\d|$)", d):
+        return "pp"
+    if "tensor" in d or re.match(r"^tp(?:[_-]|\d|$)", d):
+        return "tp"
+    if "context" in d or re.match(r"^cp(?:[_-]|\d|$)", d):
+        return "cp"
+    if ("data_parallel" in d or "data-parallel" in d or re.match(r"^dp(?:[_-]|\d|$)", d)) and "cp" not in d:
+        return "dp"
+    return None
+
+
+def layout_from(files: Sequence[RankFile], options: ReadOptions) -> Layout:
+    """Parallel sizes and worker coordinates: ``pg_config`` first, then options, then pure DP."""
+    worlds = {f.world_size for f in files if f.world_size}
+    if len(worlds) > 1:
+        raise TraceError(f"files disagree on distributedInfo.world_size: {sorted(worlds)}")
+    ranks = [f.rank for f in files]
+    dup = [r for r, c in Counter(ranks).items() if c > 1]
+    if dup:
+        paths = [str(f.path) for f in files if f.rank == dup[0]]
+        raise TraceError(f"rank {dup[0]} appears in several files: {', '.join(paths)}", rank=dup[0])
+    # Group membership per kind, from every file's pg_config (each lists only its own groups).
+    member: dict[str, dict[int, list[int]]] = {"dp": {}, "pp": {}, "tp": {}, "cp": {}}
+    for f in files:
+        for g in f.pg_config:
+            kind = _group_kind(str(g.get("pg_desc") or g.get("uid") or ""))
+            grp = g.get("ranks")
+            if kind and isinstance(grp, list) and f.rank in grp:
+                member[kind][f.rank] = sorted(int(r) for r in grp)
+    sizes: dict[str, int | None] = {}
+    from_pg = []
+    for kind in ("dp", "pp", "tp", "cp"):
+        found = {len(g) for g in member[kind].values()}
+        if len(found) > 1:
+            raise TraceError(f"pg_config {kind.upper()} groups have different sizes: {sorted(found)}")
+        opt = getattr(options, kind)
+        if found:
+            sizes[kind] = found.pop()
+            from_pg.append(kind)
+            if opt is not None and opt != sizes[kind]:
+                raise TraceError(
+                    f"--{kind} {opt} contradicts the trace's pg_config ({kind.upper()} groups of size "
+                    f"{sizes[kind]})"
+                )
+        else:
+            sizes[kind] = opt
+    world = worlds.pop() if worlds else None
+    tp, cp = sizes["tp"] or 1, sizes["cp"] or 1
+    if world is None:
+        known = [sizes[k] for k in ("dp", "pp")]
+        world = (
+            (sizes["dp"] or 1) * (sizes["pp"] or 1) * tp * cp
+            if all(k is not None for k in known)
+            else max(max(ranks) + 1, len(ranks))
+        )
+    pp = sizes["pp"]
+    dp = sizes["dp"]
+    if dp is None and pp is None:
+        pp = 1
+    if dp is None:
+        assert pp is not None
+        dp = world // (pp * tp * cp) if world % (pp * tp * cp) == 0 else 0
+    elif pp is None:
+        pp = world // (dp * tp * cp) if world % (dp * tp * cp) == 0 else 0
+    if not dp or not pp or dp * pp * tp * cp != world:
+        raise TraceError(
+            f"world size {world} is not dp*pp*tp*cp = {dp}*{pp}*{tp}*{cp}; check --dp/--pp/--tp/--cp"
+        )
+    coords: dict[int, tuple[int, int] | None] = {}
+    for r in ranks:
+        if not 0 <= r < world:
+            raise TraceError(f"rank {r} is outside world size {world}", rank=r)
+        # Megatron's default order: TP fastest, then CP, DP, PP slowest.
+        t = r % tp
+        c = (r // tp) % cp
+        d = (r // (tp * cp)) % dp
+        s = r // (tp * cp * dp)
+        if r in member["tp"]:
+            t = member["tp"][r].index(r)
+        if r in member["cp"]:
+            c = member["cp"][r].index(r)
+        if r in member["dp"]:
+            d = member["dp"][r].index(r)
+        if r in member["pp"]:
+            s = member["pp"][r].index(r)
+        coords[r] = (d, s) if t == 0 and c == 0 else None
+    if from_pg:
+        source = "pg_config (" + ", ".join(k.upper() for k in from_pg) + " groups)"
+    elif any(getattr(options, k) is not None for k in ("dp", "pp", "tp", "cp")):
+        source = "--dp/--pp/--tp/--cp with Megatron rank order"
+    else:
+        source = "no layout given: pure data parallel, dp = world size"
+    return Layout(dp, pp, tp, cp, world, coords, source)
+
+
+# ----------------------------------------------------------------------------------------------
+# Op extraction
+
+
+@dataclass
+class RawOps:
+    """Raw op rows (names not yet mapped) for one rank."""
+
+    step: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
+    dur: list[float] = field(default_factory=list)
+
+    def add(self, step: int, name: str, start: float, dur: float) -> None:
+        self.step.append(step)
+        self.name.append(name)
+        self.start.append(start)
+        self.dur.append(dur)
+
+
+def _step_of(f: RankFile, t: npt.NDArray[np.float64], extend: bool) -> npt.NDArray[np.int64]:
+    """Index into ``f.steps`` of the window holding each time, -1 outside.
+
+    With ``extend`` a window reaches to the next step's start (device work lags its launch).
+    """
+    if not f.steps:
+        return np.zeros(len(t), dtype=np.int64)
+    starts = np.array([s for _, s, _ in f.steps])
+    ends = np.array([e for _, _, e in f.steps])
+    idx = np.searchsorted(starts, t, side="right") - 1
+    ok = idx >= 0
+    if not extend:
+        ok &= t <= ends[np.clip(idx, 0, None)]
+    return np.where(ok, idx, -1)
+
+
+def _step_ids(f: RankFile) -> list[int]:
+    return [k for k, _, _ in f.steps] if f.steps else [0]
+
+
+def modelled_names(f: RankFile, cats: Iterable[str]) -> Counter[str]:
+    """Annotation names of the given categories that the op-name table knows (not IGNORED)."""
+    mask = np.isin(f.cat, list(cats))
+    c: Counter[str] = Counter()
+    for nm in f.name[mask]:
+        k = classify_name(nm)
+        if k in (NameClass.MODELLED, NameClass.BATCHED, NameClass.ALIAS):
+            c[nm] += 1
+    return c
+
+
+def named_ops(f: RankFile, cat: str) -> RawOps:
+    """Spans of category ``cat`` whose names are in the op-name table, by step."""
+    out = RawOps()
+    mask = f.cat == cat
+    idx = np.flatnonzero(mask)
+    steps = _step_of(f, f.ts[idx], extend=cat != "user_annotation")
+    ids = _step_ids(f)
+    for i, si in zip(idx, steps, strict=True):
+        nm = str(f.name[i])
+        if si < 0 or classify_name(nm) is NameClass.UNKNOWN:
+            continue
+        out.add(ids[si], nm, float(f.ts[i]), float(f.dur[i]))
+    return out
+
+
+def _busy(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> float:
+    """Length of the union of intervals (streams and threads may overlap)."""
+    if len(starts) == 0:
+        return 0.0
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    # a new block starts where an interval begins after everything before it has ended
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    block = np.cumsum(new) - 1
+    bstart = s[new]
+    bend = np.zeros(int(block[-1]) + 1)
+    np.maximum.at(bend, block, e)
+    return float(np.sum(bend - bstart))
+
+
+def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
+    """Forward / backward / optimizer compute and DP-synced collectives of a trace without timer names."""
+    out = RawOps()
+    name, cat = f.name, f.cat
+    ids = _step_ids(f)
+    n_steps = len(ids)
+    # --- phase boundaries per step, from CPU-side evidence
+    ann = np.isin(cat, ["user_annotation", "cpu_op"])
+    bwd_mask = ann & np.array(
+        [bool(BACKWARD_ANNOTATION_RE.search(str(x))) or str(x).startswith(AUTOGRAD_PREFIX) for x in name],
+        dtype=bool,
+    )
+    opt_mask = ann & np.array([bool(OPTIMIZER_ANNOTATION_RE.search(str(x))) for x in name], dtype=bool)
+    b0 = np.full(n_steps, np.inf)
+    o0 = np.full(n_steps, np.inf)
+    for mask, arr in ((bwd_mask, b0), (opt_mask, o0)):
+        idx = np.flatnonzero(mask)
+        st = _step_of(f, f.ts[idx], extend=False)
+        ok = st >= 0
+        np.minimum.at(arr, st[ok], f.ts[idx][ok])
+    if not np.isfinite(b0).any():
+        notes.add("no backward annotation or autograd op found: all compute is read as forward-compute")
+
+    def phase(step_idx: npt.NDArray[np.int64], t: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        p = np.zeros(len(t), dtype=np.int64)
+        p[t >= b0[step_idx]] = _BWD
+        p[t >= o0[step_idx]] = _OPT
+        return p
+
+    kernel = cat == "kernel"
+    comm_kernel = kernel & np.array([bool(COMM_KERNEL_RE.search(str(x))) for x in name], dtype=bool)
+    use_gpu = bool(kernel.any())
+    if use_gpu:
+        # Launch time of each kernel: the CPU runtime call with the same correlation id.
+        launch: dict[Any, float] = {}
+        for i in np.flatnonzero(np.isin(cat, ["cuda_runtime", "cuda_driver", "runtime"])):
+            c = f.args[i].get("correlation")
+            if c is not None:
+                launch[c] = float(f.ts[i])
+        kidx = np.flatnonzero(kernel)
+        t_launch = np.array([launch.get(f.args[i].get("correlation"), f.ts[i]) for i in kidx])
+        ksteps = _step_of(f, t_launch, extend=False)
+        keep = ksteps >= 0
+        kidx, t_launch, ksteps = kidx[keep], t_launch[keep], ksteps[keep]
+        kphase = phase(ksteps, t_launch)
+        is_comm = comm_kernel[kidx]
+        comp_idx, comp_step, comp_phase = kidx[~is_comm], ksteps[~is_comm], kphase[~is_comm]
+        coll_idx, coll_step, coll_phase = kidx[is_comm], ksteps[is_comm], kphase[is_comm]
+        notes.add(
+            "plain data-parallel trace: compute = busy time of non-NCCL GPU kernels per phase "
+            "(forward / backward / optimizer); each NCCL kernel is a DP-synced collective, "
+            "params-all-gather in the forward phase, grads-reduce-scatter otherwise"
+        )
+    else:
+        cpu = cat == "cpu_op"
+        noncomp = np.array([str(x).startswith(NON_COMPUTE_CPU_PREFIXES) for x in name], dtype=bool)
+        comp_idx = np.flatnonzero(cpu & ~noncomp)
+        comp_step = _step_of(f, f.ts[comp_idx], extend=False)
+        ok = comp_step >= 0
+        comp_idx, comp_step = comp_idx[ok], comp_step[ok]
+        comp_phase = phase(comp_step, f.ts[comp_idx])
+        collm = (cat == "user_annotation") & np.array(
+            [str(x).startswith(COMM_CPU_PREFIXES) for x in name], dtype=bool
+        )
+        coll_idx = np.flatnonzero(collm)
+        coll_step = _step_of(f, f.ts[coll_idx], extend=False)
+        ok = coll_step >= 0
+        coll_idx, coll_step = coll_idx[ok], coll_step[ok]
+        coll_phase = phase(coll_step, f.ts[coll_idx])
+        notes.add(
+            "plain data-parallel CPU trace: compute = busy time of CPU ops per phase (forward / "
+            "backward / optimizer); each gloo:*/nccl:* annotation is a DP-synced collective, "
+            "params-all-gather in the forward phase, grads-reduce-scatter otherwise"
+        )
+    ends = f.ts + f.dur
+    for si in range(n_steps):
+        prev_end: float | None = None
+        for ph in (_FWD, _BWD, _OPT):
+            sel = comp_idx[(comp_step == si) & (comp_phase == ph)]
+            if len(sel):
+                start = float(f.ts[sel].min())
+                busy = _busy(f.ts[sel], ends[sel])
+            else:
+                # an empty phase still gets its (zero-length) op: every rank carries the same ops
+                start = prev_end if prev_end is not None else (f.steps[si][1] if f.steps else 0.0)
+                busy = 0.0
+            out.add(ids[si], _PHASE_COMPUTE[ph], start, busy)
+            prev_end = start + busy
+        sel_c = (coll_step == si)
+        for i, ph in zip(coll_idx[sel_c], coll_phase[sel_c], strict=True):
+            slot = "params-all-gather" if ph == _FWD else "grads-reduce-scatter"
+            out.add(ids[si], slot, float(f.ts[i]), float(f.dur[i]))
+    return out
+
+
+def _describe_names(files: Sequence[RankFile]) -> str:
+    c: Counter[str] = Counter()
+    for f in files:
+        c.update(str(x) for x in f.name[np.isin(f.cat, ["user_annotation", "gpu_user_annotation"])])
+    if not c:
+        return "no user annotations at all"
+    return "user annotations found: " + ", ".join(f"{n!r}" for n, _ in c.most_common(12))
+
+
+def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any], JobMeta, list[str]]:
+    """Parse the files into raw op columns (names not yet mapped), job meta and notes."""
+    if not paths:
+        raise TraceError("no Kineto trace files given")
+    files = [parse_file(p, i) for i, p in enumerate(paths)]
+    notes: list[str] = []
+    layout = layout_from(files, options)
+    notes.append(f"layout dp={layout.dp} pp={layout.pp} tp={layout.tp} cp={layout.cp} from {layout.source}")
+    dropped = [f.rank for f in files if layout.coords[f.rank] is None]
+    kept = [f for f in files if layout.coords[f.rank] is not None]
+    if dropped:
+        notes.append(f"dropped {len(dropped)} ranks with TP or CP rank > 0 (TP/CP are collapsed)")
+    cells = {layout.coords[f.rank] for f in kept}
+    want = layout.dp * layout.pp
+    partial = bool(options.extra.get("partial"))
+    if len(cells) < want:
+        present = sorted(f.rank for f in files)
+        if not partial:
+            raise TraceError(
+                f"the job has world size {layout.world_size} ({want} DP x PP workers) but only "
+                f"{len(present)} rank file(s) were given (ranks {_ranges(present)}); a what-if analysis "
+                "needs one trace per worker (pass every rank's file, or set --dp/--pp to the traced "
+                "subset)"
+            )
+        # Analyse the traced subset as a smaller pure-DP job.
+        notes.append(
+            f"partial job: {len(present)} of {layout.world_size} ranks traced; analysed as a "
+            f"{len(kept)}-rank data-parallel job (collectives still waited for untraced ranks)"
+        )
+        kept = sorted(kept, key=lambda f: f.rank)
+        layout.coords = {f.rank: (i, 0) for i, f in enumerate(kept)}
+        layout.dp, layout.pp = len(kept), 1
+    if not any(f.steps for f in kept):
+        notes.append("no ProfilerStep#N markers: each file is read as one step (step 0)")
+
+    # Mode: named spans (GPU-side copies preferred), else plain DP.
+    gpu_named = [modelled_names(f, ["gpu_user_annotation"]) for f in kept]
+    cpu_named = [modelled_names(f, ["user_annotation"]) for f in kept]
+    per_rank: list[tuple[RankFile, RawOps]] = []
+    if any(gpu_named) or any(cpu_named):
+        cat = "gpu_user_annotation" if all(gpu_named) else "user_annotation"
+        names_found = gpu_named if cat == "gpu_user_annotation" else cpu_named
+        for f, found in zip(kept, names_found, strict=True):
+            have = {str(n) for n in found}
+            need = {"forward-compute", "backward-compute"}
+            if not need <= have:
+                raise TraceError(
+                    f"expected record_function spans named {sorted(need)} (Megatron/NDTimeline names) "
+                    f"but found only {sorted(have) or 'none'} among them; "
+                    + _describe_names([f]),
+                    file=str(f.path),
+                    rank=f.rank,
+                )
+            per_rank.append((f, named_ops(f, cat)))
+        notes.append(
+            f"ops from record_function spans with Megatron/NDTimeline names ({cat}); "
+            "gloo/NCCL events inside them are not counted separately"
+        )
+        collectives = set()
+    else:
+        note_set: set[str] = set()
+        for f in kept:
+            ops = plain_ops(f, note_set)
+            per_rank.append((f, ops))
+        collectives = note_set
+        notes.extend(sorted(note_set))
+        if not any(
+            n in ("params-all-gather", "grads-reduce-scatter") for _, o in per_rank for n in o.name
+        ):
+            any_compute = any(d > 0 for _, o in per_rank for d in o.dur)
+            if not any_compute:
+                raise TraceError(
+                    "no operations found: expected record_function spans with Megatron/NDTimeline "
+                    "names (forward-compute, backward-compute, forward-send, grads-reduce-scatter, "
+                    "optimizer, ...), or DP phase annotations (## forward ##, ## backward ##, "
+                    "## optimizer ##) with GPU kernels or CPU ops; " + _describe_names(kept)
+                )
+    del collectives
+    # Keep the steps every kept rank has.
+    common = set.intersection(*(set(o.step) for _, o in per_rank)) if per_rank else set()
+    all_steps = set().union(*(set(o.step) for _, o in per_rank)) if per_rank else set()
+    if not common:
+        raise TraceError(
+            "the rank files share no profiled step (ProfilerStep#N): "
+            + "; ".join(f"rank {f.rank}: {sorted(set(o.step))}" for f, o in per_rank)
+        )
+    if all_steps - common:
+        notes.append(f"dropped steps not profiled on every rank: {sorted(all_steps - common)}")
+    keys = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
+    cols: dict[str, list[Any]] = {k: [] for k in keys}
+    for f, o in per_rank:
+        coord = layout.coords[f.rank]
+        assert coord is not None
+        for s, nm, st, du in zip(o.step, o.name, o.start, o.dur, strict=True):
+            if s not in common:
+                continue
+            cols["dp_rank"].append(coord[0])
+            cols["stage"].append(coord[1])
+            cols["rank"].append(f.rank)
+            cols["step"].append(s)
+            cols["optype"].append(nm)
+            cols["start_ts"].append(st)
+            cols["duration"].append(du)
+    columns: dict[str, Any] = {
+        "dp_rank": np.asarray(cols["dp_rank"], dtype=np.int64),
+        "stage": np.asarray(cols["stage"], dtype=np.int64),
+        "rank": np.asarray(cols["rank"], dtype=np.int64),
+        "step": np.asarray(cols["step"], dtype=np.int64),
+        "optype": np.asarray(cols["optype"], dtype=object),
+        "start_ts": np.asarray(cols["start_ts"], dtype=np.float64),
+        "duration": np.asarray(cols["duration"], dtype=np.float64),
+    }
+    meta_kw: dict[str, Any] = {
+        k: v for k, v in options.overrides().items() if k not in ("dp", "pp", "tp", "cp")
+    }
+    meta = JobMeta(
+        dp=layout.dp,
+        pp=layout.pp,
+        tp=layout.tp if not partial else 1,
+        cp=layout.cp if not partial else 1,
+        source_format="kineto",
+        **meta_kw,
+    )
+    return columns, meta, notes
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    out: list[str] = []
+    vals = sorted(values)
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def read(paths: list[Path], options: ReadOptions) -> Trace:
+    """Read one job's per-rank Kineto traces into a validated ``Trace``."""
+    from diagnosers.readers.normalize import normalize
+
+    if len(paths) > 1:
+        # a directory may hold a LICENSE, README or run log next to the per-rank traces
+        traces = [p for p in paths if sniff(p, read_head(p))]
+        if not traces:
+            raise TraceError(
+                f"none of the {len(paths)} files is a PyTorch profiler trace (a JSON object with "
+                "'traceEvents')",
+                file=str(paths[0]),
+            )
+        skipped = [p.name for p in paths if p not in traces]
+        paths = traces
+    else:
+        skipped = []
+    columns, meta, notes = collect(paths, options)
+    if skipped:
+        notes.append(f"skipped {len(skipped)} files that are not profiler traces: {', '.join(skipped)}")
+    source = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent} ({len(paths)} Kineto files)"
+    trace = normalize(columns, meta, source=source, strict_names=True)
+    trace.notes = notes + trace.notes
+    return trace
