@@ -104,13 +104,18 @@ def _is_meta_file(path: Path) -> bool:
 
 
 def detect_format(paths: Sequence[Path]) -> str:
-    """The module name of the first reader whose ``sniff`` accepts the first data file."""
+    """The module name of the first reader whose ``sniff`` accepts the first data file.
+
+    Files no reader recognises (a LICENSE or README next to the traces) are passed over; the error
+    names the first file.
+    """
     readers = available_readers()
     first = paths[0]
-    head = read_head(first)
-    for name, module in readers.items():
-        if module.sniff(first, head):
-            return name
+    for path in paths:
+        head = read_head(path)
+        for name, module in readers.items():
+            if module.sniff(path, head):
+                return name
     known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
     raise TraceError(f"cannot tell the trace format; pass --format (one of: {known})", file=str(first))
 
