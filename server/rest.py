@@ -1,0 +1,159 @@
+"""REST routes under ``/api`` plus ``/healthz``: validate, call ``Lens``, wrap as JSON.
+
+Every error leaves as the one shape of ``server.errors`` (``{"error": {status, code, message}}``).
+The OpenAPI document is built in ``server.openapi`` from the same models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from server.errors import ApiError
+from server.ingest import UploadBudget
+from server.models import Health, TraceList
+from server.service import Lens
+from server.uploads import receive_upload
+
+MAX_PAGE = 100
+
+
+def lens_of(request: Request) -> Lens:
+    lens: Lens = request.app.state.lens
+    return lens
+
+
+def int_param(
+    request: Request, name: str, default: int | None, lo: int = 0, hi: int | None = None
+) -> int | None:
+    """An integer query parameter within [lo, hi], or a 400 naming the parameter."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "bad_parameter", f"{name}={raw!r} is not an integer") from None
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise ApiError(400, "bad_parameter", f"{name}={value} must be {bound}")
+    return value
+
+
+def page(request: Request, default_limit: int = 20) -> tuple[int, int]:
+    limit = int_param(request, "limit", default_limit, 1, MAX_PAGE)
+    offset = int_param(request, "offset", 0, 0)
+    assert limit is not None and offset is not None
+    return limit, offset
+
+
+def upload_options(fields: dict[str, str]) -> dict[str, Any]:
+    """The read options of an upload (``format`` and positive ``dp, pp, tp, cp``)."""
+    out: dict[str, Any] = {}
+    if fields.get("format"):
+        out["format"] = fields["format"]
+    for key in ("dp", "pp", "tp", "cp"):
+        raw = fields.get(key)
+        if raw:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
+            if out[key] < 1:
+                raise ApiError(400, "bad_parameter", f"{key}={raw} must be >= 1")
+    return out
+
+
+async def healthz(request: Request) -> Response:
+    lens = lens_of(request)
+    total, _ = await anyio.to_thread.run_sync(lens.store.page, 1, 0)
+    from server.app import features
+
+    body = Health(
+        status="ok",
+        version=request.app.state.version,
+        traces=total,
+        incidents=lens.incident_count(),
+        features=features(),
+    )
+    return JSONResponse(body.model_dump())
+
+
+async def post_trace(request: Request) -> Response:
+    """Upload one job's trace files: multipart parts named ``files`` or a raw body."""
+    lens = lens_of(request)
+    settings = lens.settings
+    budget = UploadBudget(settings.max_upload_bytes, settings.max_decompressed_bytes)
+    staging = await anyio.to_thread.run_sync(lens.store.staging_dir)
+    try:
+        files, fields = await receive_upload(request, staging, budget)
+        options = upload_options(fields)
+    except BaseException:
+        lens.store.discard(staging)
+        raise
+    name = fields.get("filename") or ", ".join(sorted(f.name for f in files))[:200]
+    result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+
+
+async def list_traces(request: Request) -> Response:
+    lens = lens_of(request)
+    limit, offset = page(request)
+
+    def run() -> TraceList:
+        total, recs = lens.store.page(limit, offset)
+        items = [lens.info(r) for r in recs]
+        return TraceList(
+            total=total, limit=limit, offset=offset, truncated=offset + len(items) < total, items=items
+        )
+
+    return JSONResponse((await anyio.to_thread.run_sync(run)).model_dump())
+
+
+async def get_trace(request: Request) -> Response:
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    info = await anyio.to_thread.run_sync(lambda: lens.info(lens.record(tid)))
+    return JSONResponse(info.model_dump())
+
+
+async def get_whatif(request: Request) -> Response:
+    lens = lens_of(request)
+    report = await anyio.to_thread.run_sync(lens.whatif, request.path_params["trace_id"])
+    return JSONResponse(report.model_dump(mode="json"))
+
+
+async def get_diagnosis(request: Request) -> Response:
+    lens = lens_of(request)
+    diag = await anyio.to_thread.run_sync(lens.diagnosis, request.path_params["trace_id"])
+    return JSONResponse(diag.model_dump(mode="json"))
+
+
+async def get_heatmap_png(request: Request) -> Response:
+    lens = lens_of(request)
+    step = int_param(request, "step", None, lo=-(2**62))
+    png, _, _ = await anyio.to_thread.run_sync(lens.heatmap, request.path_params["trace_id"], step)
+    return Response(png, media_type="image/png")
+
+
+async def openapi(request: Request) -> Response:
+    from server.openapi import build_openapi
+
+    return JSONResponse(build_openapi(request.app.state.version))
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/api/openapi.json", openapi, methods=["GET"]),
+        Route("/api/traces", post_trace, methods=["POST"]),
+        Route("/api/traces", list_traces, methods=["GET"]),
+        Route("/api/traces/{trace_id}", get_trace, methods=["GET"]),
+        Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
+        Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
+        Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),
+    ]

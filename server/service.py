@@ -1,0 +1,254 @@
+"""The glue between the HTTP/MCP surfaces and the packages that do the work.
+
+``Lens`` holds the store, the incident library and a small cache of parsed traces. Its methods
+are synchronous (they run in worker threads), raise ``ApiError`` for anything a caller can fix,
+and call ``diagnosers`` / ``incidents`` for every analysis: no analysis logic lives here.
+Results are cached in the store, so they survive restarts; one lock per result makes concurrent
+callers wait for a single computation instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from diagnosers.model import Trace, TraceError
+from diagnosers.readers import ReadOptions, load_trace
+from server.errors import ApiError, not_found
+from server.ingest import StagedFile, content_hash
+from server.models import TraceInfo, TraceSummary, UploadResult, summarize
+from server.settings import Settings
+from server.store import Store, TraceRecord
+
+# progress(done, total, message): called from the worker thread doing the analysis.
+Progress = Callable[[float, float | None, str], None]
+
+READ_KEYS = ("format", "dp", "pp", "tp", "cp")
+
+
+def read_options(options: dict[str, Any]) -> ReadOptions:
+    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
+
+
+def trace_error(exc: Exception, folder: Path | None = None) -> ApiError:
+    """A reader's rejection as a 422 that keeps the reader's precise message.
+
+    The server's own folder is cut from file paths: the caller knows its files by name only.
+    """
+    message = str(exc)
+    if folder is not None:
+        message = message.replace(f"{folder}/", "").replace(str(folder), ".")
+    return ApiError(422, "trace_invalid", f"the trace cannot be read: {message}")
+
+
+class Lens:
+    """Application state shared by REST routes and MCP tools (one per running server)."""
+
+    def __init__(self, settings: Settings, store: Store, library: Any = None):
+        self.settings = settings
+        self.store = store
+        self.library = library
+        self._traces: OrderedDict[str, Trace] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    # -- locks and caches ----------------------------------------------------------------------
+
+    def _lock_for(self, *key: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _remember(self, trace_id: str, trace: Trace) -> None:
+        with self._cache_lock:
+            self._traces[trace_id] = trace
+            self._traces.move_to_end(trace_id)
+            while len(self._traces) > self.settings.trace_cache_size:
+                self._traces.popitem(last=False)
+
+    # -- traces --------------------------------------------------------------------------------
+
+    def record(self, trace_id: str) -> TraceRecord:
+        rec = self.store.get(trace_id)
+        if rec is None:
+            raise not_found(
+                "trace",
+                trace_id,
+                "list stored traces with list_traces / GET /api/traces, "
+                "or upload one with upload_trace / POST /api/traces",
+            )
+        return rec
+
+    def info(self, rec: TraceRecord) -> TraceInfo:
+        return TraceInfo(
+            trace_id=rec.id,
+            name=rec.name,
+            created_at=rec.created_at,
+            size_bytes=rec.size_bytes,
+            summary=TraceSummary.model_validate(rec.summary),
+            cached=sorted(self.store.cached_kinds(rec.id)),
+        )
+
+    def ingest(
+        self, staging: Path, files: list[StagedFile], options: dict[str, Any], name: str
+    ) -> UploadResult:
+        """Parse a staged upload and store it, or answer the stored twin of the same content.
+
+        The staging folder is always consumed: moved into the store or deleted.
+        """
+        try:
+            if not any(not f.name.lower().endswith((".yaml", ".yml")) for f in files):
+                raise ApiError(400, "no_trace_files", "the upload holds only meta yaml files, no trace")
+            opts = {k: options.get(k) for k in READ_KEYS if options.get(k) is not None}
+            chash = content_hash(files, opts)
+            existing = self.store.find_by_hash(chash)
+            if existing is not None:
+                self.store.discard(staging)
+                return UploadResult(
+                    trace_id=existing.id, created=False, summary=TraceSummary.model_validate(existing.summary)
+                )
+            names = sorted(f.name for f in files)
+            try:
+                trace = load_trace([staging / n for n in names], read_options(opts))
+            except TraceError as exc:
+                raise trace_error(exc, staging) from exc
+            summary = summarize(trace, names)
+            rec, created = self.store.commit_trace(
+                staging,
+                content_hash=chash,
+                name=name,
+                files=names,
+                options=opts,
+                summary=summary.model_dump(),
+            )
+        except BaseException:
+            self.store.discard(staging)
+            raise
+        if created:
+            self._remember(rec.id, trace)
+        return UploadResult(
+            trace_id=rec.id, created=created, summary=TraceSummary.model_validate(rec.summary)
+        )
+
+    def trace(self, rec: TraceRecord) -> Trace:
+        """The parsed trace of a record, from the cache or re-read from the data folder."""
+        with self._cache_lock:
+            cached = self._traces.get(rec.id)
+            if cached is not None:
+                self._traces.move_to_end(rec.id)
+                return cached
+        with self._lock_for("load", rec.id):
+            with self._cache_lock:
+                if rec.id in self._traces:
+                    return self._traces[rec.id]
+            try:
+                trace = load_trace(self.store.file_paths(rec), read_options(rec.options))
+            except TraceError as exc:
+                raise trace_error(exc, self.store.traces_dir / rec.id) from exc
+            self._remember(rec.id, trace)
+            return trace
+
+    # -- analyses ------------------------------------------------------------------------------
+
+    def _cached(self, trace_id: str, kind: str, key: str, compute: Callable[[], str]) -> str:
+        body = self.store.get_result(trace_id, kind, key)
+        if body is not None:
+            return body
+        with self._lock_for(kind, trace_id, key):
+            body = self.store.get_result(trace_id, kind, key)
+            if body is None:
+                body = compute()
+                self.store.put_result(trace_id, kind, key, body)
+            return body
+
+    def whatif(self, trace_id: str, progress: Progress | None = None) -> Any:
+        """The standard what-if report (``diagnosers.whatif.analyze``), cached."""
+        from diagnosers.whatif import analyze
+
+        from diagnosers.report import WhatIfReport
+
+        rec = self.record(trace_id)
+
+        def compute() -> str:
+            trace = self.trace(rec)
+            try:
+                report = analyze(trace, progress=_adapt(progress))
+            except TraceError as exc:
+                raise trace_error(exc) from exc
+            return str(report.model_dump_json())
+
+        return WhatIfReport.model_validate_json(self._cached(rec.id, "whatif", "", compute))
+
+    def scenario(self, trace_id: str, **selector: Any) -> Any:
+        """One what-if scenario (``diagnosers.whatif.run_scenario``), cached by its selector."""
+        from diagnosers.whatif import run_scenario
+
+        rec = self.record(trace_id)
+        key = json.dumps(selector, sort_keys=True)
+
+        def compute() -> str:
+            trace = self.trace(rec)
+            try:
+                result = run_scenario(trace, **selector)
+            except (TraceError, ValueError) as exc:
+                raise ApiError(400, "bad_scenario", str(exc)) from exc
+            return str(result.model_dump_json())
+
+        body = self._cached(rec.id, "scenario", key, compute)
+        return json.loads(body)
+
+    def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
+        """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""
+        from diagnosers.diagnose import Diagnosis, diagnose
+
+        rec = self.record(trace_id)
+
+        def compute() -> str:
+            report = self.whatif(trace_id, progress)
+            trace = self.trace(rec)
+            try:
+                result = diagnose(trace, report=report)
+            except TraceError as exc:
+                raise trace_error(exc) from exc
+            return str(result.model_dump_json())
+
+        return Diagnosis.model_validate_json(self._cached(rec.id, "diagnosis", "", compute))
+
+    def heatmap(self, trace_id: str, step: int | None = None) -> tuple[bytes, Any, str]:
+        """(PNG bytes, ``Heatmap``, text grid) of the job heatmap, or of one step's heatmap.
+
+        The PNG is cached (base64 in the results table) because drawing costs more than the
+        lookup; the grid and the matrix come from the cached report.
+        """
+        import base64
+
+        from diagnosers.heatmap import job_heatmap, step_heatmaps
+        from diagnosers.render.png import render_png
+        from diagnosers.render.text import render_grid
+
+        report = self.whatif(trace_id)
+        if step is None:
+            hm = job_heatmap(report)
+        else:
+            maps = step_heatmaps(report)
+            if step not in maps:
+                known = sorted(maps)
+                shown = ", ".join(str(s) for s in known[:20]) + (" ..." if len(known) > 20 else "")
+                raise ApiError(400, "bad_step", f"no heatmap for step {step}; traced steps: {shown}")
+            hm = maps[step]
+        key = "" if step is None else str(step)
+        body = self._cached(trace_id, "heatmap_png", key, lambda: base64.b64encode(render_png(hm)).decode())
+        return base64.b64decode(body), hm, render_grid(hm)
+
+    def incident_count(self) -> int | None:
+        if self.library is None:
+            return None
+        return len(self.library)
+
+
+def _adapt(progress: Progress | None) -> Any:
+    return progress
