@@ -56,13 +56,15 @@ def features() -> dict[str, bool]:
         "whatif": has("diagnosers.whatif"),
         "diagnose": has("diagnosers.diagnose"),
         "heatmap": has("diagnosers.render"),
-        "incidents": has("incidents.library"),
+        "incidents": has("incidents.search") and has("incidents.library"),
     }
 
 
 def open_library() -> Any:
     """The incident library, or None when the incidents package is not installed."""
-    if not features()["incidents"]:
+    try:
+        import incidents.library  # noqa: F401
+    except ModuleNotFoundError:
         return None
     from incidents.library import load_library
 

@@ -1,0 +1,107 @@
+"""The store: dedup by content, atomic commits, crash recovery, results that survive a restart."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from server.errors import ApiError
+from server.ingest import UploadBudget, content_hash, write_bytes
+from server.service import Lens
+from server.settings import Settings
+from server.store import Store
+
+
+def stage(store: Store, files: dict[str, bytes]) -> tuple[Path, list]:
+    folder = store.staging_dir()
+    budget = UploadBudget(10**9, 10**9)
+    return folder, [write_bytes(folder, name, data, budget) for name, data in files.items()]
+
+
+def test_same_content_answers_the_stored_record(tmp_path: Path) -> None:
+    store = Store(tmp_path).open()
+    folder, files = stage(store, {"a.jsonl": b"1\n"})
+    h = content_hash(files, {})
+    rec, created = store.commit_trace(
+        folder, content_hash=h, name="a", files=["a.jsonl"], options={}, summary={}
+    )
+    assert created and re.fullmatch(r"[0-9a-f]{32}", rec.id)
+    folder2, files2 = stage(store, {"a.jsonl": b"1\n"})
+    assert content_hash(files2, {}) == h
+    twin, created2 = store.commit_trace(
+        folder2, content_hash=h, name="a", files=["a.jsonl"], options={}, summary={}
+    )
+    assert not created2 and twin.id == rec.id
+    assert not folder2.exists(), "the duplicate's staging folder is removed"
+    assert content_hash(files2, {"dp": 2}) != h, "other read options make another trace"
+
+
+def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path) -> None:
+    store = Store(tmp_path).open()
+    ids = set()
+    for i in range(5):
+        folder, files = stage(store, {"a.jsonl": str(i).encode()})
+        rec, _ = store.commit_trace(
+            folder, content_hash=content_hash(files, {}), name="a", files=["a.jsonl"], options={}, summary={}
+        )
+        ids.add(rec.id)
+    assert len(ids) == 5
+    assert store.get("../../etc/passwd") is None
+    assert store.get("0" * 32) is None
+
+
+def test_open_removes_half_written_uploads_and_orphan_folders(tmp_path: Path) -> None:
+    store = Store(tmp_path).open()
+    folder, _ = stage(store, {"a.jsonl": b"partial"})  # an upload killed mid-way
+    orphan = store.traces_dir / ("f" * 32)  # renamed into place, but the row never written
+    orphan.mkdir()
+    (orphan / "x").write_bytes(b"x")
+    store.close()
+    store = Store(tmp_path).open()
+    assert not folder.exists() and not orphan.exists()
+    assert store.page(10, 0) == (0, [])
+
+
+def test_results_survive_a_restart(tmp_path: Path) -> None:
+    store = Store(tmp_path).open()
+    folder, files = stage(store, {"a.jsonl": b"1"})
+    rec, _ = store.commit_trace(
+        folder, content_hash=content_hash(files, {}), name="a", files=["a.jsonl"], options={}, summary={}
+    )
+    store.put_result(rec.id, "whatif", "", '{"s": 1.5}')
+    store.close()
+    again = Store(tmp_path).open()
+    assert again.get_result(rec.id, "whatif") == '{"s": 1.5}'
+    assert again.cached_kinds(rec.id) == {"whatif"}
+    assert (again.traces_dir / rec.id / "a.jsonl").read_bytes() == b"1"
+
+
+def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path) -> None:
+    store = Store(tmp_path).open()
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {"x.csv": b"garbage,1\n2,3\n"})
+    with pytest.raises(ApiError) as err:
+        lens.ingest(folder, files, {}, "x")
+    assert err.value.status == 422 and "x.csv" in err.value.message
+    assert str(tmp_path) not in err.value.message, "server folders are not leaked"
+    assert list(store.tmp_dir.iterdir()) == [] and list(store.traces_dir.iterdir()) == []
+    assert (
+        sqlite3.connect(tmp_path / "lens.sqlite3").execute("SELECT COUNT(*) FROM traces").fetchone()[0] == 0
+    )
+
+
+def test_ingest_parses_stores_and_reloads_the_st_sample(tmp_path: Path, st_files: list[Path]) -> None:
+    store = Store(tmp_path).open()
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
+    result = lens.ingest(folder, files, {}, "ST")
+    assert result.created
+    s = result.summary
+    assert (s.format, s.job.dp, s.job.pp, s.job.workers) == ("artifact", 2, 4, 8)
+    assert s.n_ops > 0 and s.n_steps == len(s.steps) > 0
+    fresh = Lens(Settings(data_dir=tmp_path), store)  # empty trace cache: reads the folder again
+    trace = fresh.trace(fresh.record(result.trace_id))
+    assert len(trace.ops) == s.n_ops and trace.meta.pp == 4
