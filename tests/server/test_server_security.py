@@ -1,0 +1,212 @@
+"""Security on every route: Origin/Host, bearer token on MCP and REST alike, size and gzip caps,
+server-side path restrictions, and a store that survives malformed input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+from lens_testing import TOKEN, Live, native_jsonl
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from server.security import PathNotAllowed, resolve_allowed
+from server.settings import Settings, SettingsError
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def http(secured: Live) -> httpx.Client:
+    with httpx.Client(base_url=secured.url, timeout=60) as client:
+        yield client
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/api/traces", "/api/openapi.json"])
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "unauthorized"),
+        ({"Authorization": "Bearer wrong-token-wrong-token"}, 401, "unauthorized"),
+        ({"Authorization": TOKEN}, 401, "unauthorized"),  # no scheme
+        ({**AUTH, "Origin": "http://evil.example"}, 403, "invalid_origin"),
+        ({**AUTH, "Host": "evil.example"}, 421, "invalid_host"),
+        ({**AUTH, "Origin": "null"}, 403, "invalid_origin"),
+    ],
+)
+def test_rest_routes_refuse_without_token_or_with_foreign_origin(
+    http: httpx.Client, path: str, headers: dict, status: int, code: str
+) -> None:
+    r = http.get(path, headers=headers)
+    assert r.status_code == status
+    assert r.json()["error"]["code"] == code
+
+
+def test_rest_accepts_the_token_and_loopback_origins(http: httpx.Client, secured: Live) -> None:
+    port = secured.url.rsplit(":", 1)[1]
+    for origin in (None, f"http://localhost:{port}", f"http://127.0.0.1:{port}"):
+        headers = {**AUTH, **({"Origin": origin} if origin else {})}
+        assert http.get("/api/traces", headers=headers).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        (MCP_HEADERS, 401),
+        ({**MCP_HEADERS, "Authorization": "Bearer nope-nope-nope-nope"}, 401),
+        ({**MCP_HEADERS, **AUTH, "Origin": "http://evil.example"}, 403),
+        ({**MCP_HEADERS, **AUTH, "Host": "evil.example:80"}, 421),
+    ],
+)
+def test_mcp_endpoint_refuses_the_same_way(http: httpx.Client, headers: dict, status: int) -> None:
+    r = http.post("/mcp", json=INIT, headers=headers)
+    assert r.status_code == status
+
+
+def test_mcp_initialize_with_token_succeeds(http: httpx.Client) -> None:
+    r = http.post("/mcp", json=INIT, headers={**MCP_HEADERS, **AUTH})
+    assert r.status_code == 200 and r.headers.get("mcp-session-id")
+
+
+@pytest.mark.anyio
+async def test_sdk_client_needs_the_token(secured: Live) -> None:
+    async with httpx2.AsyncClient(headers=AUTH) as hc:
+        async with Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c:
+            tools = await c.list_tools()
+    assert "describe_trace" in {t.name for t in tools.tools}
+    with pytest.raises(Exception):  # noqa: B017 -- the SDK surfaces the 401 as its own error types
+        async with httpx2.AsyncClient() as hc:
+            async with Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c:
+                await c.list_tools()
+
+
+def test_oversize_upload_is_refused_and_nothing_is_stored(http: httpx.Client, secured: Live) -> None:
+    before = http.get("/api/traces", headers=AUTH).json()["total"]
+    big = os.urandom(2 * 1024 * 1024)  # the secured server caps uploads at 1 MiB
+    r = http.post("/api/traces", params={"filename": "big.jsonl"}, content=big, headers=AUTH)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "upload_too_large"
+
+    # without a Content-Length (chunked), the stream is cut once it passes the cap
+    def chunks():
+        for _ in range(40):
+            yield os.urandom(64 * 1024)
+
+    r = http.post("/api/traces", params={"filename": "big.jsonl"}, content=chunks(), headers=AUTH)
+    assert r.status_code == 413
+    assert http.get("/api/traces", headers=AUTH).json()["total"] == before
+    assert list((secured.settings.data_dir / "tmp").iterdir()) == []
+
+
+def test_gzip_bomb_is_refused_by_the_decompression_cap(http: httpx.Client, secured: Live) -> None:
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)  # 64 MiB of zeros, ~64 KiB on the wire
+    assert len(bomb) < 1024 * 1024
+    r = http.post("/api/traces", params={"filename": "bomb.jsonl.gz"}, content=bomb, headers=AUTH)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "decompressed_too_large"
+    files = [("files", ("bomb.jsonl.gz", bomb))]
+    r = http.post("/api/traces", files=files, headers=AUTH)
+    assert r.status_code == 413
+    assert list((secured.settings.data_dir / "tmp").iterdir()) == []
+
+
+def test_malformed_uploads_leave_the_server_and_store_intact(http: httpx.Client) -> None:
+    listing = http.get("/api/traces", headers=AUTH).json()
+    bad_bodies = [
+        b"\x00\x01\x02 not a trace",
+        b'{"job": {"dp_size": 1}}\n{"dp_rank": 0}\n',
+        native_jsonl(2).replace(b"forward-compute", b"warp-drive"),
+        b"PAR1 truncated parquet",
+    ]
+    for i, body in enumerate(bad_bodies):
+        r = http.post("/api/traces", params={"filename": f"bad{i}.jsonl"}, content=body, headers=AUTH)
+        assert r.status_code in (400, 422), r.text
+        assert r.json()["error"]["message"]
+    after = http.get("/api/traces", headers=AUTH).json()
+    assert after == listing
+    tid = listing["items"][0]["trace_id"]
+    assert http.get(f"/api/traces/{tid}", headers=AUTH).status_code == 200
+
+
+# -- server-side paths ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    allowed = tmp_path / "allowed"
+    outside = tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    (allowed / "job").mkdir()
+    (allowed / "job" / "trace.jsonl").write_bytes(native_jsonl())
+    (outside / "secret.jsonl").write_bytes(b"secret")
+    return allowed.resolve(), outside.resolve()
+
+
+def test_allowed_paths_resolve_to_real_files_inside(folders: tuple[Path, Path]) -> None:
+    allowed, _ = folders
+    assert resolve_allowed(str(allowed / "job"), (allowed,)) == [allowed / "job" / "trace.jsonl"]
+    assert resolve_allowed("job/trace.jsonl", (allowed,)) == [allowed / "job" / "trace.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "{out}/secret.jsonl",
+        "{allowed}/../outside/secret.jsonl",
+        "../outside/secret.jsonl",
+        "/etc/passwd",
+        "{allowed}/link.jsonl",
+        "{allowed}/linkdir",
+        "{allowed}/job/*.jsonl",
+        "{allowed}/missing.jsonl",
+        "",
+    ],
+)
+def test_traversal_symlink_escape_and_globs_are_refused(folders: tuple[Path, Path], raw: str) -> None:
+    allowed, outside = folders
+    (allowed / "link.jsonl").symlink_to(outside / "secret.jsonl")
+    (allowed / "linkdir").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PathNotAllowed):
+        resolve_allowed(raw.format(out=outside, allowed=allowed), (allowed,))
+
+
+def test_paths_are_refused_when_no_folder_is_allowed(folders: tuple[Path, Path]) -> None:
+    allowed, _ = folders
+    with pytest.raises(PathNotAllowed, match="--allow-dir"):
+        resolve_allowed(str(allowed / "job"), ())
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+
+def test_non_loopback_bind_needs_allowed_host_and_token(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="--allowed-host"):
+        Settings(data_dir=tmp_path, host="0.0.0.0", token=TOKEN)
+    with pytest.raises(SettingsError, match="--token-file"):
+        Settings(data_dir=tmp_path, host="0.0.0.0", allowed_hosts=("lens.example",))
+    ok = Settings(data_dir=tmp_path, host="0.0.0.0", allowed_hosts=("lens.example",), token=TOKEN)
+    assert ok.host == "0.0.0.0"
+
+
+def test_token_file_must_hold_a_real_token(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    with pytest.raises(SettingsError, match="shorter"):
+        Settings.build(data_dir=tmp_path, token_file=short)
+    good = tmp_path / "good"
+    good.write_text(TOKEN + "\n")
+    assert Settings.build(data_dir=tmp_path, token_file=good).token == TOKEN
