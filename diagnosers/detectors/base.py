@@ -1,0 +1,210 @@
+"""What every detector shares: the match model, trace statistics and the what-if probe.
+
+A detector is a plain function ``detect(report, stats) -> CauseMatch | None`` (see
+:mod:`diagnosers.detectors.registry`). ``stats`` holds per-worker numbers computed once from the
+op table, plus an optional :class:`Probe` over the what-if engine so a detector can test its
+candidate location the method's way: idealise only those ops and measure the share of the job's
+slowdown that disappears (the ``rem`` ratio of M_W / M_S, METHOD.md A5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, CauseSignature, Location, Pattern
+
+Evidence = dict[str, float | int | str | bool | list[float] | list[int] | list[str] | None]
+
+
+class CauseMatch(BaseModel):
+    """A detector's verdict: which cause, how sure, where, what shape, and the numbers behind it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: CauseId
+    confidence: float = Field(ge=0.0, le=1.0)
+    location: Location
+    pattern: Pattern
+    evidence: Evidence = Field(default_factory=dict)
+    summary: str
+    categories: list[str] = Field(default_factory=list, description="matching incident categories")
+
+    def signature(self) -> CauseSignature:
+        """The comparable signature the incident library searches with."""
+        return CauseSignature(
+            cause=self.id, pattern=self.pattern, location=self.location, confidence=self.confidence
+        )
+
+
+def categories_for(cause: CauseId) -> list[str]:
+    return list(CAUSE_TO_CATEGORIES.get(cause, ()))
+
+
+class Engine(Protocol):
+    """The part of the what-if engine the probe uses (``diagnosers.whatif.build_engine``)."""
+
+    @property
+    def original(self) -> npt.NDArray[np.float64]: ...
+
+    @property
+    def ideal(self) -> npt.NDArray[np.float64]: ...
+
+    def simulate(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
+
+
+class Probe:
+    """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
+
+    ``original`` / ``ideal`` are per-op durations (transfer durations for communication) aligned
+    with the trace's op rows; ``simulate`` takes a (k, n_ops) batch and returns (k, n_steps) step
+    times with launch delay 0. ``t_orig`` / ``t_ideal`` are the means over steps of the two runs.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.original = np.asarray(engine.original, dtype=np.float64)
+        self.ideal = np.asarray(engine.ideal, dtype=np.float64)
+        t = self.mean_times(np.stack([self.original, self.ideal]))
+        self.t_orig, self.t_ideal = float(t[0]), float(t[1])
+
+    def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
+        d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+        return np.atleast_2d(np.asarray(self.engine.simulate(d), dtype=np.float64))
+
+    def mean_times(self, durations: npt.NDArray[np.float64], chunk: int = 64) -> npt.NDArray[np.float64]:
+        """Mean simulated step time per scenario, batched ``chunk`` scenarios per engine pass."""
+        d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+        out = [self.step_times(d[i : i + chunk]).mean(axis=1) for i in range(0, len(d), chunk)]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def idealised(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """Original durations with the masked ops set to their ideal (typical) duration."""
+        return np.where(mask, self.ideal, self.original)
+
+    def fix_ratios(self, masks: Sequence[npt.NDArray[np.bool_]]) -> list[float]:
+        """For each op mask, ``(T - T_rem) / (T - T_ideal)``: the share of the slowdown removed by
+        idealising only those ops (may exceed 1, like M_S). 0 when the job has no slowdown."""
+        if not masks:
+            return []
+        gap = self.t_orig - self.t_ideal
+        if gap <= 1e-12 * max(self.t_orig, 1e-12):
+            return [0.0 for _ in masks]
+        t_rem = self.mean_times(np.stack([self.idealised(m) for m in masks]))
+        return [float((self.t_orig - t) / gap) for t in t_rem]
+
+    def speedup(self, durations: npt.NDArray[np.float64]) -> float:
+        """``T_now / T_after`` for one changed duration vector (never below 1)."""
+        t_after = float(self.mean_times(durations)[0])
+        return max(1.0, self.t_orig / t_after) if t_after > 0 else 1.0
+
+
+@dataclass
+class TraceStats:
+    """Per-worker statistics of one trace, computed once (vectorised) for all detectors.
+
+    Arrays over workers are indexed ``[dp_rank, pp_rank]``; over worker-steps ``[step_index,
+    dp_rank, pp_rank]`` with ``steps[step_index]`` the step id.
+    """
+
+    steps: npt.NDArray[np.int64]
+    dp: int
+    pp: int
+    gpus_per_host: int
+    rank_of: npt.NDArray[np.int64]  # (dp, pp) traced global rank, -1 if absent
+    compute: npt.NDArray[np.float64]  # (S, dp, pp) forward+backward compute seconds per step
+    step_time: npt.NDArray[np.float64]  # (S,) measured step time
+    launch_idle: npt.NDArray[np.float64]  # (S, dp, pp) idle seconds before the first forward
+    fwd_bwd_corr: dict[int, float]  # stage -> correlation of per-microbatch fwd and bwd durations
+    fwd_excess: npt.NDArray[np.float64]  # per forward op: excess seconds not mirrored by its backward
+    fwd_excess_z: npt.NDArray[np.float64]  # per forward op: robust z-score of that excess
+    fwd_index: npt.NDArray[np.int64]  # op-table rows of those forward ops
+    fwd_typical: npt.NDArray[np.float64]  # per forward op: median forward of its (stage, chunk)
+    stage_fwd_mean: npt.NDArray[np.float64]  # (pp,) mean forward-compute duration per stage
+    stage_bwd_mean: npt.NDArray[np.float64]  # (pp,) mean backward-compute duration per stage
+    n_ops: int
+    optype: npt.NDArray[np.int16]
+    op_dp: npt.NDArray[np.int32]
+    op_pp: npt.NDArray[np.int32]
+    op_step_index: npt.NDArray[np.int64]
+    transfer: npt.NDArray[np.float64]  # per op: the engine's original duration (transfer time for comm)
+    probe: Probe | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def host_of(self) -> npt.NDArray[np.int64]:
+        """(dp, pp) host index ``rank // gpus_per_host`` (-1 where the rank is unknown)."""
+        return np.where(self.rank_of >= 0, self.rank_of // self.gpus_per_host, -1)
+
+    def location(
+        self,
+        cells: Iterable[tuple[int, int]],
+        steps: Iterable[int] | None = None,
+    ) -> Location:
+        """A Location naming every member: the cells' DP/PP ranks, global ranks, hosts and steps.
+
+        ``steps`` are step ids; None means every traced step (a persistent cause).
+        """
+        cl = sorted({(int(d), int(p)) for d, p in cells})
+        ranks = sorted({int(self.rank_of[d, p]) for d, p in cl if self.rank_of[d, p] >= 0})
+        return Location(
+            dp_ranks=sorted({d for d, _ in cl}),
+            pp_ranks=sorted({p for _, p in cl}),
+            ranks=ranks,
+            hosts=sorted({r // self.gpus_per_host for r in ranks}),
+            steps=sorted(int(s) for s in (self.steps if steps is None else steps)),
+        )
+
+    def worker_mask(self, cells: Iterable[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+        """Boolean mask over op rows belonging to the given (dp, pp) cells."""
+        sel = np.zeros((self.dp, self.pp), dtype=bool)
+        for d, p in cells:
+            sel[d, p] = True
+        return sel[self.op_dp, self.op_pp]
+
+    def describe(self) -> dict[str, Any]:
+        return {"steps": int(self.n_steps), "dp": self.dp, "pp": self.pp, "n_ops": self.n_ops}
+
+
+# A cause is reported only when fixing it (in a what-if run) removes at least this share of the
+# job's slowdown: below a quarter it is a side effect, not a cause worth an alert. The study's
+# "most of the slowdown" criterion (M > 50%, METHOD.md A5/A6) is where confidence saturates.
+MIN_SHARE = 0.25
+MOST_SHARE = 0.5
+
+
+def confidence(share: float, fit: float) -> float:
+    """Confidence in [0, 0.99]: the share of the slowdown the fix removes (capped at 1; saturating
+    at :data:`MOST_SHARE` only partly, so a cause explaining everything outranks one explaining
+    half) times how well the rest of the signature fits (``fit`` in [0, 1])."""
+    s = min(max(share, 0.0), 1.0)
+    return round(float(np.clip((0.5 + 0.5 * s) * s**0.5 * fit, 0.0, 0.99)), 3)
+
+
+def stage_groups(
+    stats: TraceStats, mask: npt.NDArray[np.bool_], keys: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Per op: the mean of ``stats.transfer`` over the ops sharing its key (only masked ops used)."""
+    out = stats.transfer.copy()
+    if not mask.any():
+        return out
+    k = keys[mask]
+    uniq, inv = np.unique(k, return_inverse=True)
+    sums = np.bincount(inv, weights=stats.transfer[mask], minlength=len(uniq))
+    counts = np.bincount(inv, minlength=len(uniq))
+    out[mask] = (sums / np.maximum(counts, 1))[inv]
+    return out
+
+
+def rounded(x: float, nd: int = 4) -> float:
+    return round(float(x), nd)

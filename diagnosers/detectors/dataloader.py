@@ -1,0 +1,87 @@
+"""Dataloader stalls: the GPU idles before a step's first forward while op durations stay normal.
+
+The what-if engine zeroes launch delays, so S stays near 1; the stall lives in the launch
+slowdown (measured over no-delay simulated step time) and in the idle gap before each worker's
+first forward (METHOD.md A3, A5). Evidence, all of which must hold:
+- launch slowdown above 1.05: the study discarded traces whose simulation error exceeded 5% as
+  unexplained, so more than that is time the dependency model cannot account for;
+- the per worker-step idle gap before the first forward, on the workers that stall, accounts
+  for at least half of that unexplained time;
+Stalling workers are those whose mean gap is at least half the largest worker's; stalling steps
+those whose largest gap is at least half the largest step's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosers.detectors.base import CauseMatch, TraceStats, categories_for, confidence, rounded
+from diagnosers.detectors.registry import register
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
+
+LAUNCH_SLOWDOWN_MIN = 1.05
+
+
+def stall_seconds(stats: TraceStats) -> float:
+    """Mean over steps of the largest idle gap before a first forward (the step waits for it)."""
+    return float(stats.launch_idle.max(axis=(1, 2)).mean()) if stats.launch_idle.size else 0.0
+
+
+@register(CauseId.DATALOADER_STALL)
+def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """Match unexplained launch time that sits in the gap before the steps' first forwards."""
+    if report.launch_slowdown < LAUNCH_SLOWDOWN_MIN or stats.launch_idle.size == 0:
+        return None
+    t_actual = float(np.mean(list(report.step_times.actual.values()))) if report.step_times.actual else 0.0
+    if t_actual <= 0:
+        return None
+    unexplained = t_actual * (1.0 - 1.0 / report.launch_slowdown)
+    stall = stall_seconds(stats)
+    share = stall / unexplained if unexplained > 0 else 0.0
+    if share < 0.5:
+        return None
+    per_worker = stats.launch_idle.mean(axis=0)  # (dp, pp)
+    per_step = stats.launch_idle.max(axis=(1, 2))  # (S,)
+    cells = [(int(d), int(p)) for d, p in zip(*np.nonzero(per_worker >= 0.5 * per_worker.max()), strict=True)]
+    steps_hit = [int(s) for s, v in zip(stats.steps, per_step, strict=True) if v >= 0.5 * per_step.max()]
+    n_workers = stats.dp * stats.pp
+    if len(cells) == n_workers:
+        spatial = Spatial.JOB_WIDE
+    elif len(cells) == 1:
+        spatial = Spatial.SINGLE_WORKER
+    elif len({int(stats.host_of[d, p]) for d, p in cells}) == 1:
+        spatial = Spatial.ONE_HOST
+    else:
+        spatial = Spatial.RANDOM_DP
+    temporal = Temporal.PERSISTENT if len(steps_hit) >= 0.75 * stats.n_steps else Temporal.SPORADIC
+    # Rank against other causes on the same scale: the share of all lost time (actual step time
+    # over the ideal one) that the stall accounts for.
+    t_ideal = float(np.mean(list(report.step_times.ideal.values()))) if report.step_times.ideal else t_actual
+    lost_share = stall / (t_actual - t_ideal) if t_actual > t_ideal else 1.0
+    fit = 0.8 + 0.2 * min(1.0, share)
+    summary = (
+        f"Steps take {report.launch_slowdown:.3f}x the time the dependency model explains (launch "
+        f"slowdown), while op durations are normal (S = {report.slowdown:.3f}). The GPUs idle for "
+        f"{stall * 1e3:.0f} ms per step before the first forward on {len(cells)} of {n_workers} workers in "
+        f"{len(steps_hit)} of {stats.n_steps} steps: the input pipeline or host-side work is late. "
+        f"That gap is {share * 100:.0f}% of the unexplained time; check data loading, prefetching and "
+        f"the host CPUs of these ranks."
+    )
+    return CauseMatch(
+        id=CauseId.DATALOADER_STALL,
+        confidence=confidence(lost_share, fit),
+        location=stats.location(cells, steps_hit),
+        pattern=Pattern(spatial=spatial, temporal=temporal, resource=Resource.LAUNCH),
+        evidence={
+            "launch_slowdown": rounded(report.launch_slowdown),
+            "stall_s_per_step": rounded(stall),
+            "unexplained_s_per_step": rounded(unexplained),
+            "stall_share_of_unexplained": rounded(share),
+            "stall_share_of_lost_time": rounded(lost_share),
+            "workers_stalling": len(cells),
+            "steps_stalling": len(steps_hit),
+        },
+        summary=summary,
+        categories=categories_for(CauseId.DATALOADER_STALL),
+    )

@@ -1,0 +1,52 @@
+"""The detector registry: same-shaped functions ``(report, stats) -> CauseMatch | None``.
+
+Each cause module registers its function with :func:`register`; :func:`detect_all` runs every
+registered detector and returns the matches ranked by confidence (several causes may hold at once).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from diagnosers.detectors.base import CauseMatch, TraceStats
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import CauseId
+
+Detector = Callable[[WhatIfReport, TraceStats], CauseMatch | None]
+
+DETECTORS: dict[CauseId, Detector] = {}
+
+# The cause modules, imported on first use so that importing the registry stays cheap.
+DETECTOR_MODULES: tuple[str, ...] = (
+    "stage_imbalance",
+    "faulty_machine",
+    "sequence_length",
+    "gc_pause",
+    "slow_communication",
+    "dataloader",
+)
+
+
+def register(cause: CauseId) -> Callable[[Detector], Detector]:
+    """Decorator: register ``fn`` as the detector for ``cause`` (one detector per cause)."""
+
+    def wrap(fn: Detector) -> Detector:
+        DETECTORS[cause] = fn
+        return fn
+
+    return wrap
+
+
+def all_detectors() -> dict[CauseId, Detector]:
+    """Every registered detector, by cause id."""
+    for name in DETECTOR_MODULES:
+        importlib.import_module(f"diagnosers.detectors.{name}")
+    return dict(DETECTORS)
+
+
+def detect_all(report: WhatIfReport, stats: TraceStats) -> list[CauseMatch]:
+    """Run every detector; matches sorted by confidence, highest first (ties: cause id order)."""
+    matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
+    order = {c: i for i, c in enumerate(CauseId)}
+    return sorted(matches, key=lambda m: (-m.confidence, order[m.id]))

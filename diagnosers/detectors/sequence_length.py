@@ -1,0 +1,107 @@
+"""Sequence-length imbalance: microbatches of uneven cost (attention is quadratic in sequence
+length), so a different DP rank is the slowest in each step (METHOD.md A6).
+
+Evidence, all of which must hold:
+- the slowest DP replica moves: no DP rank is the slowest in more than half of the steps
+  (a persistent slow rank is a machine, not data);
+- forward and backward durations of the same microbatch are strongly correlated (> 0.9, the
+  study's number): a long sequence lengthens both passes;
+- what-if: rebalancing the compute inside each (step, stage) — every forward (backward) takes the
+  mean of that step's and stage's forwards (backwards) across DP ranks and microbatches, so total
+  work and stage means are kept — removes at least ``MIN_SHARE`` of the slowdown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.detectors.base import (
+    MIN_SHARE,
+    CauseMatch,
+    TraceStats,
+    categories_for,
+    confidence,
+    rounded,
+    stage_groups,
+)
+from diagnosers.detectors.registry import register
+from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+CORRELATION = 0.9
+MAX_MODE_FRACTION = 0.5
+
+
+def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
+    """Compute ops set to the mean of their (step, stage, op type): perfectly rebalanced
+    microbatches across DP ranks and within ranks, with each step's total work unchanged."""
+    mask = (stats.optype == FWD) | (stats.optype == BWD)
+    keys = (stats.op_step_index * stats.pp + stats.op_pp.astype(np.int64)) * 2 + (stats.optype == BWD)
+    return stage_groups(stats, mask, keys.astype(np.int64))
+
+
+def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:
+    """Per step, the DP rank with the most compute summed over stages; the share of steps taken by
+    the most frequent one; and per step the slowest replica's compute over the median replica's."""
+    per_replica = stats.compute.sum(axis=2)  # (S, dp)
+    slowest = per_replica.argmax(axis=1)
+    counts = np.bincount(slowest, minlength=stats.dp)
+    mode_fraction = float(counts.max() / max(len(slowest), 1))
+    med = np.median(per_replica, axis=1)
+    ratio = per_replica.max(axis=1) / np.maximum(med, 1e-12)
+    return slowest.astype(np.int64), mode_fraction, ratio
+
+
+@register(CauseId.SEQUENCE_LENGTH_IMBALANCE)
+def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """Match warm DP ranks whose slowest member moves, with correlated fwd/bwd microbatch costs."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2:
+        return None
+    slowest, mode_fraction, ratio = slowest_replica(stats)
+    if mode_fraction > MAX_MODE_FRACTION:
+        return None
+    corr = [c for c in stats.fwd_bwd_corr.values() if np.isfinite(c)]
+    corr_mean = float(np.mean(corr)) if corr else 0.0
+    if corr_mean < CORRELATION:
+        return None
+    if stats.probe is not None:
+        t_bal = float(stats.probe.mean_times(rebalanced_durations(stats))[0])
+        gap = stats.probe.t_orig - stats.probe.t_ideal
+        share = (stats.probe.t_orig - t_bal) / gap if gap > 0 else 0.0
+    else:
+        share = min(1.0, float(np.mean(ratio)) - 1.0)
+    if share < MIN_SHARE:
+        return None
+    distinct = len(np.unique(slowest))
+    # Fit: how strongly fwd/bwd agree above the 0.9 bar and how freely the slow rank moves.
+    fit = 0.7 + 0.15 * min(1.0, (corr_mean - CORRELATION) / 0.08) + 0.15 * (1.0 - mode_fraction)
+    cells = [(d, p) for d in range(stats.dp) for p in range(stats.pp)]
+    summary = (
+        f"Compute is uneven across DP ranks and the slowest replica changes from step to step "
+        f"({distinct} different DP ranks were slowest over {stats.n_steps} steps; the slowest replica "
+        f"averages {float(np.mean(ratio)):.2f}x the median one). Forward and backward times of the same "
+        f"microbatch are correlated at {corr_mean:.3f}, the mark of variable sequence lengths (a long "
+        f"sequence slows both passes) rather than a machine or a pause. Rebalancing the microbatches "
+        f"(same work per step, spread evenly) removes {share * 100:.0f}% of the slowdown."
+    )
+    return CauseMatch(
+        id=CauseId.SEQUENCE_LENGTH_IMBALANCE,
+        confidence=confidence(share, fit),
+        location=stats.location(cells),
+        pattern=Pattern(spatial=Spatial.RANDOM_DP, temporal=Temporal.PERSISTENT, resource=Resource.COMPUTE),
+        evidence={
+            "fwd_bwd_correlation": rounded(corr_mean),
+            "fwd_bwd_correlation_by_stage": [
+                rounded(stats.fwd_bwd_corr[s]) for s in sorted(stats.fwd_bwd_corr)
+            ],
+            "slowest_dp_mode_fraction": rounded(mode_fraction),
+            "distinct_slowest_dp_ranks": distinct,
+            "slowest_over_median_replica": rounded(float(np.mean(ratio))),
+            "rebalance_share": rounded(share),
+            "slowest_dp_rank_per_step": [int(x) for x in slowest[:64]],
+        },
+        summary=summary,
+        categories=categories_for(CauseId.SEQUENCE_LENGTH_IMBALANCE),
+    )

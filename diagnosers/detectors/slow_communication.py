@@ -1,0 +1,158 @@
+"""Slow communication: transfers on a link or a group are slow while compute is normal
+(METHOD.md A6 and the op-type attribution of A5).
+
+Works on transfer durations (end minus the last member's start, METHOD.md A3), so waiting for a
+slow peer does not count as slow communication. Evidence, all of which must hold:
+- what-if: idealising every communication op removes at least ``MIN_SHARE`` of the slowdown and
+  more than idealising every compute op does;
+- localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
+  group, each worker's communication, the embedding groups and the global clip barrier — ranked by
+  their excess transfer time; the best few are idealised one by one. The one removing the most
+  slowdown is the location when it removes at least half of what fixing all communication does;
+  otherwise the slow communication is job-wide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.detectors.base import (
+    MIN_SHARE,
+    CauseMatch,
+    TraceStats,
+    categories_for,
+    confidence,
+    rounded,
+)
+from diagnosers.detectors.registry import register
+from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+COMM_CODES = np.array(sorted(OPTYPE_CODE[n] for n in COMM_OPTYPES), dtype=np.int16)
+DP_CODES = np.array(
+    [OPTYPE_CODE[n] for n in ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")],
+    dtype=np.int16,
+)
+FS, FR, BS, BR = (OPTYPE_CODE[n] for n in ("forward-send", "forward-recv", "backward-send", "backward-recv"))
+MAX_PROBED = 8
+
+
+def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
+    return np.isin(stats.optype, COMM_CODES)
+
+
+def candidates(
+    stats: TraceStats, excess: npt.NDArray[np.float64], limit: int = MAX_PROBED
+) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
+    """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
+
+    Excess is summed per candidate with bincount; masks are built only for the ones kept, so the
+    cost stays linear in the number of ops for any grid size.
+    """
+    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    dp, pp = stats.dp, stats.pp
+    scored: list[tuple[float, str, int]] = []
+    # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
+    is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
+    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
+    link = np.where(is_p2p & (link_stage >= 0) & (link_stage < pp - 1), d * pp + link_stage, -1)
+    ok = link >= 0
+    per_link = np.bincount(link[ok], weights=excess[ok], minlength=dp * pp)
+    scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
+    is_dp = np.isin(o, DP_CODES)
+    if dp > 1:
+        per_stage = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp)
+        scored += [(float(v), "dp", int(i)) for i, v in enumerate(per_stage) if v > 0]
+    is_comm = comm_mask(stats)
+    per_worker = np.bincount((d * pp + p)[is_comm], weights=excess[is_comm], minlength=dp * pp)
+    scored += [(float(v), "worker", int(i)) for i, v in enumerate(per_worker) if v > 0]
+    # A host's NIC: all communication of the traced workers on one host (when it holds several).
+    host = stats.host_of[d, p]
+    n_hosts = int(stats.host_of.max()) + 1 if stats.host_of.size else 0
+    workers_per_host = np.bincount(stats.host_of[stats.host_of >= 0].ravel(), minlength=n_hosts)
+    per_host = np.bincount(
+        host[is_comm & (host >= 0)], weights=excess[is_comm & (host >= 0)], minlength=n_hosts
+    )
+    scored += [
+        (float(v), "host", int(i)) for i, v in enumerate(per_host) if v > 0 and workers_per_host[i] > 1
+    ]
+    out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
+    for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
+        r, s = divmod(i, pp)
+        if kind == "link":
+            out.append((f"pp link dp {r}: stage {s} <-> {s + 1}", [(r, s), (r, s + 1)], link == i))
+        elif kind == "host":
+            cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
+            out.append((f"all communication of host {i}", cells, is_comm & (host == i)))
+        elif kind == "dp":
+            out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
+        else:
+            out.append((f"all communication of dp {r}/pp {s}", [(r, s)], is_comm & (d == r) & (p == s)))
+    return out
+
+
+@register(CauseId.SLOW_COMMUNICATION)
+def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """Match communication-dominated slowdown and localise it to a link or group when possible."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.probe is None:
+        return None
+    probe = stats.probe
+    is_comm = comm_mask(stats)
+    share_comm, share_compute = probe.fix_ratios([is_comm, ~is_comm])
+    if share_comm < MIN_SHARE or share_comm <= share_compute:
+        return None
+    excess = np.clip(probe.original - probe.ideal, 0.0, None) * is_comm
+    scored = candidates(stats, excess)
+    shares = probe.fix_ratios([m for _, _, m in scored]) if scored else []
+    best = int(np.argmax(shares)) if shares else -1
+    localised = best >= 0 and shares[best] >= 0.5 * share_comm
+    if localised:
+        name, cells, _ = scored[best]
+        share = shares[best]
+        if name.startswith("dp group"):
+            spatial = Spatial.ONE_STAGE
+        elif name.startswith("all communication of host"):
+            spatial = Spatial.ONE_HOST
+        else:
+            spatial = Spatial.SINGLE_WORKER
+        loc = stats.location(cells)
+        where = name
+    else:
+        share = share_comm
+        spatial = Spatial.JOB_WIDE
+        loc = stats.location([(r, s) for r in range(stats.dp) for s in range(stats.pp)])
+        where = "job-wide (no single link or group explains it)"
+    compute_names = {n for n in OPTYPES if n not in COMM_OPTYPES}
+    by_type = {k: v for k, v in report.attribution.by_optype.items() if k not in compute_names}
+    top_comm = max(by_type, key=lambda k: by_type[k]) if by_type else None
+    fit = 0.75 + (0.15 if localised else 0.0) + 0.1 * min(1.0, (share_comm - share_compute))
+    summary = (
+        f"Communication, not compute, holds the slowdown: idealising every transfer removes "
+        f"{share_comm * 100:.0f}% of it, idealising every compute op only {share_compute * 100:.0f}%. "
+        f"Transfer times (after the last peer arrived, so waiting is excluded) are long at {where}; "
+        f"fixing that alone removes {share * 100:.0f}%"
+        + (
+            f". Top communication type by put-back: {top_comm} ({by_type[top_comm]:.3f})."
+            if top_comm
+            else "."
+        )
+        + " Check the NICs, links and switch ports of these ranks, or the group's traffic."
+    )
+    return CauseMatch(
+        id=CauseId.SLOW_COMMUNICATION,
+        confidence=confidence(share, fit),
+        location=loc,
+        pattern=Pattern(spatial=spatial, temporal=Temporal.PERSISTENT, resource=Resource.COMMUNICATION),
+        evidence={
+            "fix_share_all_comm": rounded(share_comm),
+            "fix_share_all_compute": rounded(share_compute),
+            "group": where,
+            "fix_share_group": rounded(share),
+            "excess_transfer_s": rounded(float(excess.sum()) / max(stats.n_steps, 1)),
+            "top_comm_optype": top_comm,
+        },
+        summary=summary,
+        categories=categories_for(CauseId.SLOW_COMMUNICATION),
+    )

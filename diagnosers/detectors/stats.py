@@ -1,0 +1,186 @@
+"""Trace statistics for the detectors, computed once per trace with numpy (no per-op Python loop)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.detectors.base import Engine, Probe, TraceStats
+from diagnosers.model import OPTYPE_CODE, Trace
+
+FWD = OPTYPE_CODE["forward-compute"]
+BWD = OPTYPE_CODE["backward-compute"]
+
+# A forward op is only counted as paused when its excess over what its backward explains is both
+# statistically extreme (robust z) and a real share of a forward; see _forward_excess.
+EPS = 5e-5  # the method's timestamp tolerance (METHOD.md A2)
+
+
+def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
+    """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe."""
+    ops, meta = trace.ops, trace.meta
+    dp, pp = meta.dp, meta.pp
+    steps = np.unique(ops.step).astype(np.int64)
+    si = np.searchsorted(steps, ops.step).astype(np.int64)
+    n_s = len(steps)
+    d = ops.dp_rank.astype(np.int64)
+    p = ops.stage.astype(np.int64)
+    cell = (si * dp + d) * pp + p
+    size = n_s * dp * pp
+
+    rank_of = np.full((dp, pp), -1, dtype=np.int64)
+    rank_of[d, p] = ops.rank
+
+    is_comp = (ops.optype == FWD) | (ops.optype == BWD)
+    compute = (
+        np.bincount(cell[is_comp], weights=ops.duration[is_comp], minlength=size)
+        .astype(np.float64)
+        .reshape(n_s, dp, pp)
+    )
+
+    end = ops.start_ts + ops.duration
+    step_start = np.full(n_s, np.inf)
+    np.minimum.at(step_start, si, ops.start_ts)
+    step_end = np.full(n_s, -np.inf)
+    np.maximum.at(step_end, si, end)
+    step_time = step_end - step_start
+
+    launch_idle = _launch_idle(ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size).reshape(
+        n_s, dp, pp
+    )
+
+    corr, fwd_index, excess, z, typical = _forward_backward(trace, si)
+    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == FWD, pp)
+    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == BWD, pp)
+
+    probe = Probe(engine) if engine is not None else None
+    transfer = probe.original if probe is not None else ops.duration.astype(np.float64)
+    return TraceStats(
+        steps=steps,
+        dp=dp,
+        pp=pp,
+        gpus_per_host=meta.gpus_per_host,
+        rank_of=rank_of,
+        compute=compute,
+        step_time=step_time,
+        launch_idle=launch_idle,
+        fwd_bwd_corr=corr,
+        fwd_excess=excess,
+        fwd_excess_z=z,
+        fwd_index=fwd_index,
+        fwd_typical=typical,
+        stage_fwd_mean=stage_fwd_mean,
+        stage_bwd_mean=stage_bwd_mean,
+        n_ops=len(ops),
+        optype=ops.optype,
+        op_dp=ops.dp_rank,
+        op_pp=ops.stage,
+        op_step_index=si,
+        transfer=transfer,
+        probe=probe,
+    )
+
+
+def _launch_idle(
+    optype: npt.NDArray[np.int16],
+    start: npt.NDArray[np.float64],
+    dur: npt.NDArray[np.float64],
+    cell: npt.NDArray[np.int64],
+    si: npt.NDArray[np.int64],
+    step_start: npt.NDArray[np.float64],
+    size: int,
+) -> npt.NDArray[np.float64]:
+    """Per worker-step: time between the step start and the worker's first forward-compute that no
+    op of the worker covers. Communication waits are covered (a recv waiting for its peer is busy
+    in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
+    Overlapping ops are counted twice, which can only under-state the idle time."""
+    first_fwd = np.full(size, np.inf)
+    is_f = optype == FWD
+    np.minimum.at(first_fwd, cell[is_f], start[is_f])
+    ff = first_fwd[cell]
+    before = (start + dur) <= ff + EPS
+    covered = np.bincount(cell[before], weights=dur[before], minlength=size)
+    cell_step = (
+        np.arange(size) // (size // len(step_start)) if len(step_start) else np.zeros(0, dtype=np.int64)
+    )
+    span = np.where(np.isfinite(first_fwd), first_fwd - step_start[cell_step], 0.0)
+    idle = np.clip(span - covered, 0.0, None)
+    return idle.astype(np.float64)
+
+
+def _forward_backward(
+    trace: Trace, si: npt.NDArray[np.int64]
+) -> tuple[
+    dict[int, float],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+]:
+    """Pair each forward with the backward of the same microbatch and chunk on the same worker.
+
+    Returns the per-stage correlation of the normalised durations (each divided by the median of its
+    (stage, chunk) group), and for each paired forward its "unmirrored excess" in seconds:
+    ``fwd - typical_fwd * max(1, bwd / typical_bwd)`` — a longer microbatch lengthens both passes
+    (sequence length), a pause inside the forward lengthens only the forward (GC) — with a robust
+    z-score of that excess over the stage's forwards.
+    """
+    ops, meta = trace.ops, trace.meta
+    dp, pp = meta.dp, meta.pp
+    gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
+    mbmax = int(max(ops.mb_id.max(initial=0), 0)) + 2
+    seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
+
+    def keys(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        mb = np.where(ops.mb_id[mask] >= 0, ops.mb_id[mask], ops.seq_id[mask]).astype(np.int64)
+        base = ((si[mask] * dp + ops.dp_rank[mask]) * pp + ops.stage[mask]).astype(np.int64)
+        return (base * gmax + (ops.gmc[mask].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
+
+    fi = np.flatnonzero(ops.optype == FWD)
+    bi = np.flatnonzero(ops.optype == BWD)
+    kf, kb = keys(ops.optype == FWD), keys(ops.optype == BWD)
+    _, a, b = np.intersect1d(kf, kb, assume_unique=False, return_indices=True)
+    fi, bi = fi[a], bi[b]
+    fd, bd = ops.duration[fi], ops.duration[bi]
+    stage = ops.stage[fi].astype(np.int64)
+    group = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
+    tf = _group_median(group, fd)
+    tb = _group_median(group, bd)
+    nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
+    nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
+    corr: dict[int, float] = {}
+    for s in range(pp):
+        m = stage == s
+        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
+            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
+    excess = fd - tf * np.maximum(1.0, nb)
+    med = _group_median(stage, excess)
+    mad = _group_median(stage, np.abs(excess - med))
+    # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
+    sigma = np.maximum(1.4826 * mad, 0.01 * tf)
+    z = (excess - med) / sigma
+    return corr, fi.astype(np.int64), excess, z, tf
+
+
+def _stage_mean(
+    stage: npt.NDArray[np.int32], values: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_], pp: int
+) -> npt.NDArray[np.float64]:
+    total = np.bincount(stage[mask], weights=values[mask], minlength=pp)[:pp]
+    count = np.bincount(stage[mask], minlength=pp)[:pp]
+    return np.divide(total, count, out=np.zeros(pp), where=count > 0)
+
+
+def _group_median(group: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Median of ``values`` within each group, broadcast back to every element."""
+    if len(values) == 0:
+        return values.copy()
+    order = np.lexsort((values, group))
+    g, v = group[order], values[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ends = np.r_[starts[1:], len(g)]
+    lo = v[starts + (ends - starts - 1) // 2]
+    hi = v[starts + (ends - starts) // 2]
+    med_per_group = (lo + hi) / 2
+    out = np.empty_like(values)
+    out[order] = np.repeat(med_per_group, ends - starts)
+    return out

@@ -1,0 +1,278 @@
+"""Remedies for detected causes, each with its gain predicted by a what-if run.
+
+``predicted_speedup = T_now / T_after``, both simulated by the same engine with launch delay 0
+(METHOD.md A4), except for dataloader stalls, which live in launch delays: there ``T_now`` is the
+measured step time. Speedups are never below 1 (a fix that does not help is reported as 1.0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
+from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import CauseId
+
+# When the trace's metadata does not say how many layers each stage holds and the user gave no
+# --layers-per-stage, the partition is computed for this many layers per stage and says so.
+ASSUMED_LAYERS_PER_STAGE = 8
+
+
+class Remedy(BaseModel):
+    """What to do about one cause, and the gain a what-if run predicts for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cause_id: str
+    action: str
+    predicted_speedup: float = Field(ge=1.0, description="T_now / T_after from a what-if run")
+    details: dict[str, float | int | str | list[int] | list[float] | None] = Field(default_factory=dict)
+
+
+def _speedup(t_now: float, t_after: float) -> float:
+    return round(max(1.0, t_now / t_after), 4) if t_after > 0 else 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Stage imbalance: best contiguous layer partition.
+
+
+def layer_costs(stats: TraceStats, layers: Sequence[int]) -> tuple[float, npt.NDArray[np.float64]]:
+    """Estimate (per-layer compute seconds per step, extra seconds per stage) from the trace.
+
+    Each stage's mean forward+backward compute per step is ``layers_s * c + extra_s``. The middle
+    stages hold only transformer layers, so ``c`` is the median of their per-layer cost (with two
+    stages, the cheaper stage's); the first and last stage's surplus is their embedding / loss head.
+    """
+    comp = stats.compute.mean(axis=(0, 1))  # (pp,)
+    lay = np.asarray(layers, dtype=np.float64)
+    per_layer = comp / np.maximum(lay, 1)
+    middle = per_layer[1:-1] if len(per_layer) >= 3 else per_layer
+    c = float(np.median(middle)) if len(per_layer) >= 3 else float(middle.min())
+    extra = np.clip(comp - lay * c, 0.0, None)
+    return c, extra
+
+
+def best_partition(total_layers: int, c: float, extra: npt.NDArray[np.float64]) -> list[int]:
+    """Layer counts per stage (each >= 1, summing to ``total_layers``) minimising the heaviest
+    stage's cost ``n_s * c + extra_s``: the best contiguous partition of uniform layers with fixed
+    first/last-stage extras. Exact: tries every candidate bottleneck value in increasing order."""
+    pp = len(extra)
+    if total_layers < pp or c <= 0:
+        raise ValueError(f"cannot place {total_layers} layers on {pp} stages")
+    cands = sorted({float(k * c + e) for e in extra for k in range(1, total_layers + 1)})
+    for t in cands:
+        cap = np.floor((t - extra) / c + 1e-9).astype(int)
+        if (cap >= 1).all() and int(np.minimum(cap, total_layers).sum()) >= total_layers:
+            counts = np.ones(pp, dtype=int)
+            left = total_layers - pp
+            # Fill the cheapest stages first so the surplus lands where it costs least.
+            for s in np.argsort(extra, kind="stable"):
+                add = min(left, int(cap[s]) - 1)
+                counts[s] += add
+                left -= add
+            return [int(x) for x in counts]
+    return [total_layers // pp + (1 if s < total_layers % pp else 0) for s in range(pp)]
+
+
+def stage_partition_remedy(
+    match: CauseMatch, stats: TraceStats, probe: Probe, layers_per_stage: Sequence[int] | None
+) -> Remedy:
+    """Repartition layers; predict the gain by rescaling each stage's compute to its new load."""
+    assumed = layers_per_stage is None
+    layers = list(layers_per_stage) if layers_per_stage is not None else [ASSUMED_LAYERS_PER_STAGE] * stats.pp
+    c, extra = layer_costs(stats, layers)
+    new = best_partition(sum(layers), c, extra)
+    comp = stats.compute.mean(axis=(0, 1))
+    load_new = np.asarray(new) * c + extra
+    scale = np.divide(load_new, comp, out=np.ones_like(comp), where=comp > 0)
+    d = probe.original.copy()
+    is_comp = (stats.optype == FWD) | (stats.optype == BWD)
+    d[is_comp] *= scale[stats.op_pp[is_comp]]
+    t_after = float(probe.mean_times(d)[0])
+    note = (
+        f" (layers per stage unknown: assumed {ASSUMED_LAYERS_PER_STAGE} each; pass --layers-per-stage "
+        "or layers_per_stage in the meta file for a real plan)"
+        if assumed
+        else ""
+    )
+    action = (
+        f"Repartition the model's layers across pipeline stages from {layers} to {new} (best contiguous "
+        f"partition for an estimated {c * 1e3:.1f} ms of forward+backward per layer per step and "
+        f"{', '.join(f'{e * 1e3:.0f}' for e in extra)} ms of embedding/head work per stage){note}."
+    )
+    return Remedy(
+        cause_id=match.id.value,
+        action=action,
+        predicted_speedup=_speedup(probe.t_orig, t_after),
+        details={
+            "layers_now": [int(x) for x in layers],
+            "layers_suggested": new,
+            "layer_cost_s": round(c, 6),
+            "stage_extra_s": [round(float(e), 6) for e in extra],
+            "layers_assumed": int(assumed),
+            "t_now_s": round(probe.t_orig, 6),
+            "t_after_s": round(t_after, 6),
+        },
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def sequence_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    from diagnosers.detectors.sequence_length import rebalanced_durations
+
+    t_after = float(probe.mean_times(rebalanced_durations(stats))[0])
+    return Remedy(
+        cause_id=match.id.value,
+        action=(
+            "Rebalance sequences across DP ranks and across microbatches within each rank: estimate each "
+            "sequence's cost (linear in tokens plus a quadratic attention term), then assign sequences so "
+            "every microbatch of a step carries the same cost. The prediction assumes perfect packing "
+            "(an upper bound); the study's prototype gained 23.9% at 32K max length."
+        ),
+        predicted_speedup=_speedup(probe.t_orig, t_after),
+        details={"t_now_s": round(probe.t_orig, 6), "t_after_s": round(t_after, 6)},
+    )
+
+
+def gc_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    """Planned GC: no automatic pauses; every rank collects together every N steps.
+
+    N is the observed interval between one worker's pauses (1 / pauses per worker-step), so ranks
+    collect as often as the runtime did on its own and memory stays bounded. One synchronised
+    collection costs one mean pause for the whole job; spread over N steps.
+    """
+    from diagnosers.detectors.gc_pause import paused_durations, paused_forwards
+
+    paused = paused_forwards(stats)
+    n_workers = stats.dp * stats.pp
+    rate = float(paused.sum()) / max(n_workers * stats.n_steps, 1)
+    mean_pause = float(stats.fwd_excess[paused].mean()) if paused.any() else 0.0
+    n = max(1, round(1.0 / rate)) if rate > 0 else 1
+    t_fixed = float(probe.mean_times(paused_durations(stats, paused))[0])
+    t_after = t_fixed + mean_pause / n
+    return Remedy(
+        cause_id=match.id.value,
+        action=(
+            f"Use planned GC: disable automatic collection (gc.disable() after start-up, or raise gc "
+            f"thresholds) and call gc.collect() on every rank at the same step every N = {n} steps "
+            f"(each rank paused about once per {n} step(s) here, {mean_pause * 1e3:.0f} ms per pause). "
+            f"Lower N if host memory grows."
+        ),
+        predicted_speedup=_speedup(probe.t_orig, t_after),
+        details={
+            "suggested_n": n,
+            "pauses_per_worker_step": round(rate, 6),
+            "mean_pause_s": round(mean_pause, 6),
+            "t_now_s": round(probe.t_orig, 6),
+            "t_after_s": round(t_after, 6),
+        },
+    )
+
+
+def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    cells = [(d, p) for d in match.location.dp_ranks for p in match.location.pp_ranks]
+    hot = match.evidence.get("hot_cells")
+    if isinstance(hot, list):
+        cells = [(int(str(x).split(",")[0]), int(str(x).split(",")[1])) for x in hot]
+    t_after = float(probe.mean_times(probe.idealised(stats.worker_mask(cells)))[0])
+    loc = match.location
+    what = (
+        f"host{'s' if len(loc.hosts) != 1 else ''} {', '.join(map(str, loc.hosts))}"
+        if loc.hosts
+        else "the workers"
+    )
+    return Remedy(
+        cause_id=match.id.value,
+        action=(
+            f"Drain {what} (global rank{'s' if len(loc.ranks) != 1 else ''} "
+            f"{', '.join(map(str, loc.ranks))}; "
+            f"DP {loc.dp_ranks} / PP {loc.pp_ranks}) and restart from the last checkpoint on a healthy "
+            f"replacement; the prediction runs those workers at typical speed."
+        ),
+        predicted_speedup=_speedup(probe.t_orig, t_after),
+        details={
+            "ranks": loc.ranks,
+            "hosts": loc.hosts,
+            "t_now_s": round(probe.t_orig, 6),
+            "t_after_s": round(t_after, 6),
+        },
+    )
+
+
+def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    from diagnosers.detectors.slow_communication import candidates, comm_mask
+
+    group = str(match.evidence.get("group", ""))
+    is_comm = comm_mask(stats)
+    excess = np.clip(probe.original - probe.ideal, 0.0, None) * is_comm
+    mask = next((m for name, _, m in candidates(stats, excess) if name == group), is_comm)
+    t_after = float(probe.mean_times(probe.idealised(mask))[0])
+    return Remedy(
+        cause_id=match.id.value,
+        action=(
+            f"Fix the communication at {group}: check NIC/link errors and switch ports of ranks "
+            f"{match.location.ranks}, or move the group off the congested path; the prediction runs those "
+            f"transfers at their typical time."
+        ),
+        predicted_speedup=_speedup(probe.t_orig, t_after),
+        details={"group": group, "t_now_s": round(probe.t_orig, 6), "t_after_s": round(t_after, 6)},
+    )
+
+
+def dataloader_remedy(match: CauseMatch, stats: TraceStats, report: WhatIfReport) -> Remedy:
+    """Gain of removing the stall: measured step time minus the stall, never below the no-delay
+    simulated time (what the engine predicts with every launch delay removed)."""
+    from diagnosers.detectors.dataloader import stall_seconds
+
+    actual = float(np.mean(list(report.step_times.actual.values())))
+    no_delay = float(np.mean(list(report.step_times.no_delay.values())))
+    t_after = max(no_delay, actual - stall_seconds(stats))
+    return Remedy(
+        cause_id=match.id.value,
+        action=(
+            f"Remove the input stall on ranks {match.location.ranks}: more dataloader workers, prefetch "
+            f"(pin_memory, prefetch_factor), faster storage or a warm cache; check host CPU contention."
+        ),
+        predicted_speedup=_speedup(actual, t_after),
+        details={"t_now_s": round(actual, 6), "t_after_s": round(t_after, 6)},
+    )
+
+
+def remedies_for(
+    matches: Sequence[CauseMatch],
+    stats: TraceStats,
+    report: WhatIfReport,
+    *,
+    layers_per_stage: Sequence[int] | None = None,
+) -> list[Remedy]:
+    """One remedy per matched cause that has one; skipped (not guessed) when no engine is at hand."""
+    out: list[Remedy] = []
+    probe = stats.probe
+    for m in matches:
+        if m.id is CauseId.DATALOADER_STALL:
+            out.append(dataloader_remedy(m, stats, report))
+            continue
+        if probe is None:
+            continue
+        if m.id is CauseId.STAGE_IMBALANCE:
+            out.append(stage_partition_remedy(m, stats, probe, layers_per_stage))
+        elif m.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
+            out.append(sequence_remedy(m, stats, probe))
+        elif m.id is CauseId.GC_PAUSE:
+            out.append(gc_remedy(m, stats, probe))
+        elif m.id is CauseId.FAULTY_MACHINE:
+            out.append(drain_remedy(m, stats, probe))
+        elif m.id is CauseId.SLOW_COMMUNICATION:
+            out.append(comm_remedy(m, stats, probe))
+    return out
+
+
+__all__ = ["Remedy", "best_partition", "layer_costs", "remedies_for"]

@@ -1,0 +1,1 @@
+"""Renderings of heatmaps and diagnoses (PNG, text). Renderers never simulate or detect."""
