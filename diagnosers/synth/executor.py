@@ -137,8 +137,8 @@ class _Loop:
                 base = np.maximum(first, last) + t
             else:  # clip: a global barrier over every stage and DP rank of the step
                 latest = np.max(np.stack([p.max(axis=1) for p in posts.values()]), axis=0)
-                speed = float(np.max([n.max() for n in self.a.nic]))
-                t = self.a.clip_time * speed * self.noise(self.cost.transfer_sigma)[:, :1]
+                clip_speed = float(np.max([n.max() for n in self.a.nic]))
+                t = self.a.clip_time * clip_speed * self.noise(self.cost.transfer_sigma)[:, :1]
                 base = latest[:, None] + t
             ends = {s: base + self.jitter() for s in posts}
             self.coll_end[key] = ends
