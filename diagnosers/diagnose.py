@@ -141,7 +141,9 @@ def diagnose(
         engine = whatif.build_engine(trace)
     if report is None:
         tick(0.15, "running the what-if analysis")
-        report = whatif.analyze(trace)
+        report = whatif.analyze(
+            trace, engine=engine, progress=(lambda f, m: tick(0.15 + 0.25 * f, m)) if progress else None
+        )
     tick(0.4, "computing trace statistics")
     stats = compute_stats(trace, engine)
     tick(0.55, "matching cause signatures")

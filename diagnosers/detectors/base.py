@@ -78,9 +78,14 @@ class Probe:
         d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
         return np.atleast_2d(np.asarray(self.engine.simulate(d), dtype=np.float64))
 
-    def mean_times(self, durations: npt.NDArray[np.float64], chunk: int = 64) -> npt.NDArray[np.float64]:
-        """Mean simulated step time per scenario, batched ``chunk`` scenarios per engine pass."""
+    def mean_times(
+        self, durations: npt.NDArray[np.float64], chunk: int | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Mean simulated step time per scenario, batched ``chunk`` scenarios per engine pass
+        (default: as many as keep one pass near 25M op values, at most 64)."""
         d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+        if chunk is None:
+            chunk = int(max(1, min(64, 25_000_000 // max(d.shape[1], 1))))
         out = [self.step_times(d[i : i + chunk]).mean(axis=1) for i in range(0, len(d), chunk)]
         return np.concatenate(out) if out else np.zeros(0)
 
