@@ -106,3 +106,23 @@ class WhatIfReport(BaseModel):
     n_ops: int
     steps: list[int]
     notes: list[str] = Field(default_factory=list, description="reader and engine notes")
+
+
+class ScenarioResult(BaseModel):
+    """One ad-hoc what-if run (``diagnosers.whatif.run_scenario``, the MCP ``run_whatif`` tool).
+
+    Both runs have launch delay 0; ``speedup = t_orig / t_after`` over mean step times.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    t_orig: float = Field(description="mean simulated step time with original durations (s)")
+    t_after: float = Field(description="mean simulated step time with the selected ops changed (s)")
+    speedup: float
+    step_times_orig: dict[str, float] = Field(default_factory=dict)
+    step_times_after: dict[str, float] = Field(default_factory=dict)
+    n_ops_changed: int = Field(0, description="ops whose duration the scenario changed")
+    free_comm: bool = Field(False, description="selected communication cost nothing (else: idealised)")
+    selector: dict[str, list[int] | list[str] | None] = Field(
+        default_factory=dict, description="optypes / dp_ranks / pp_ranks / steps; None = all"
+    )

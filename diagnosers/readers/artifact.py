@@ -156,7 +156,7 @@ def find_meta_beside(path: Path) -> Path | None:
     stem = path.name.split(".", 1)[0]
     candidates = []
     if stem.startswith("trace-"):
-        candidates.append(path.with_name(f"meta-{stem[len('trace-'):]}.yaml"))
+        candidates.append(path.with_name(f"meta-{stem[len('trace-') :]}.yaml"))
     candidates.append(path.with_name("meta.yaml"))
     return next((c for c in candidates if c.is_file()), None)
 

@@ -19,7 +19,17 @@ from diagnosers.samples import ARTIFACT_DIR
 
 DATA = ARTIFACT_DIR
 FIELDS = (
-    "dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "gmc", "mb_id"
+    "dp_rank",
+    "stage",
+    "rank",
+    "step",
+    "optype",
+    "start_ts",
+    "duration",
+    "seq_id",
+    "mc",
+    "gmc",
+    "mb_id",
 )
 
 
@@ -60,10 +70,22 @@ def test_parquet_reads_with_meta_beside_it() -> None:
 
 def _write_rows(trace_cols: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
     names = np.asarray(
-        ["forward-compute", "backward-compute", "optimizer", "gc", "forward-send", "forward-recv",
-         "backward-send", "backward-recv", "params-all-gather", "grads-reduce-scatter",
-         "separate-grads-all-reduce", "embedding-grads-all-reduce", "layernorm-grads-all-reduce",
-         "optimizer-clip-main-grad"]
+        [
+            "forward-compute",
+            "backward-compute",
+            "optimizer",
+            "gc",
+            "forward-send",
+            "forward-recv",
+            "backward-send",
+            "backward-recv",
+            "params-all-gather",
+            "grads-reduce-scatter",
+            "separate-grads-all-reduce",
+            "embedding-grads-all-reduce",
+            "layernorm-grads-all-reduce",
+            "optimizer-clip-main-grad",
+        ]
     )
     out = []
     for i in range(n):
@@ -86,8 +108,17 @@ def test_csv_jsonl_gz_and_native_read_the_same_ops(tmp_path: Path) -> None:
     with gzip.open(jl_path, "wt") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in step23)
     native_path = tmp_path / "t.native.jsonl"
-    job = {"trial_name": "ST", "run_id": 0, "dp_size": 2, "dsp_size": 1, "pp_size": 4, "tp_size": 1,
-           "vpp_size": 1, "world_size": 8, "gpus_per_host": 8}
+    job = {
+        "trial_name": "ST",
+        "run_id": 0,
+        "dp_size": 2,
+        "dsp_size": 1,
+        "pp_size": 4,
+        "tp_size": 1,
+        "vpp_size": 1,
+        "world_size": 8,
+        "gpus_per_host": 8,
+    }
     with open(native_path, "w") as fh:
         fh.write(json.dumps({"job": job}) + "\n")
         fh.writelines(json.dumps(r) + "\n" for r in step23)
@@ -146,9 +177,13 @@ def test_batched_p2p_is_split_and_seq_ids_rederived() -> None:
 def test_aliases_folded_and_ignored_names_are_noted() -> None:
     cols = tiny_columns(dp=1, steps=1)
     extra = {
-        "dp_rank": [0, 0, 0, 0], "stage": [0, 0, 0, 0], "rank": [0, 0, 0, 0], "step": [0, 0, 0, 0],
+        "dp_rank": [0, 0, 0, 0],
+        "stage": [0, 0, 0, 0],
+        "rank": [0, 0, 0, 0],
+        "step": [0, 0, 0, 0],
         "optype": ["grads-all-reduce", "tp-allreduce", "train-step", "params-all-gather-nonoverlapping"],
-        "start_ts": [0.55, 0.05, 0.0, 0.0], "duration": [0.01, 0.01, 0.7, 0.02],
+        "start_ts": [0.55, 0.05, 0.0, 0.0],
+        "duration": [0.01, 0.01, 0.7, 0.02],
     }
     both = {k: np.concatenate([cols[k], np.asarray(extra[k], dtype=cols[k].dtype)]) for k in cols}
     both["dp_rank"][-4:] = 0
@@ -180,14 +215,26 @@ def test_parquet_category_list_may_name_unused_values(tmp_path: Path) -> None:
     ("mutate", "message", "where"),
     [
         (lambda c: c.pop("duration"), "missing columns: duration", {"file": "f.parquet"}),
-        (lambda c: c["optype"].__setitem__(7, "mystery-op"), "unknown op type 'mystery-op'",
-         {"rank": 1, "step": 0, "op": "mystery-op"}),
-        (lambda c: c["duration"].__setitem__(6, np.nan), "duration is nan",
-         {"rank": 1, "step": 0, "op": "backward-compute"}),
-        (lambda c: c["duration"].__setitem__(12, -0.5), "negative duration",
-         {"rank": 2, "step": 0, "op": "optimizer"}),
-        (lambda c: c["optype"].__setitem__(17, "backward-compute"), "differs across DP ranks",
-         {"rank": 3, "step": 0}),
+        (
+            lambda c: c["optype"].__setitem__(7, "mystery-op"),
+            "unknown op type 'mystery-op'",
+            {"rank": 1, "step": 0, "op": "mystery-op"},
+        ),
+        (
+            lambda c: c["duration"].__setitem__(6, np.nan),
+            "duration is nan",
+            {"rank": 1, "step": 0, "op": "backward-compute"},
+        ),
+        (
+            lambda c: c["duration"].__setitem__(12, -0.5),
+            "negative duration",
+            {"rank": 2, "step": 0, "op": "optimizer"},
+        ),
+        (
+            lambda c: c["optype"].__setitem__(17, "backward-compute"),
+            "differs across DP ranks",
+            {"rank": 3, "step": 0},
+        ),
         (lambda c: c["rank"].__setitem__(0, 7), "holds ops of ranks", {"rank": 0}),
     ],
 )

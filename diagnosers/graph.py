@@ -1,0 +1,519 @@
+"""The dependency model of the what-if method (METHOD.md A2), built once per job as a template.
+
+The template holds one node per op of one step of one DP replica (identity ``(stage, optype,
+seq_id)``), built from DP rank 0 and the first traced step, and is reused for every DP rank and every
+step: all of them must carry the same ops (checked). Edges say "v cannot start before u ends";
+communication groups say "these ops finish together, ``transfer`` after the last member started".
+
+Edges inside a worker (per stage):
+
+1. the forward/backward computes form one chain in observed order (start, seq_id, name);
+2. the four P2P types each form a FIFO stream in observed order;
+3. the k-th *valid* send/recv of a direction is matched to the k-th compute of that direction:
+   ``recv_k -> compute_k``, ``compute_{k-1} -> recv_k``, ``compute_k -> send_k``;
+   no-op records are left out of matching (type 1: a recv starting after the last compute of its
+   direction or a send ending before the first compute ends, tolerance 5e-5 s; type 2: with VPP, a
+   send/recv whose peer chunk would be outside the model) and each no-op is a group of its own;
+   the first forward recv on stage 0 may be missing;
+4. the first backward send and recv wait for the forward compute two places before the first
+   backward compute (1F1B warm-up);
+5. DP: all-gathers and reduce-scatters form one chain in observed order; the first forward compute
+   of each model chunk waits for that chunk's all-gather; with ``separate-grads-all-reduce`` present
+   (overlapped reduction) each chunk's reduce-scatter waits for the chunk's last backward compute;
+6. the tail, over the op types present: last compute -> gc -> layernorm all-reduce -> embedding
+   all-reduce (first and last stage) -> [reduce-scatters | separate all-reduce] -> clip -> optimizer.
+
+Groups across workers: P2P pairs ``{X-send_k @ s, X-recv_k @ s+-1}`` by valid index; the embedding
+all-reduce of the first and last stage; one group per DP collective, synchronised across all DP
+ranks; the grad-norm clip across every stage, also DP-synchronised (a global barrier).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.model import OPTYPE_CODE, OPTYPES, Trace, TraceError
+
+EPS_MATCH = 5e-5  # s; clock-skew tolerance when telling no-op P2P records apart (artifact's value)
+CLAMP_NEG = 1e-2  # s; measured transfer or launch delays at or below -10 ms are set to 0
+
+FWD = OPTYPE_CODE["forward-compute"]
+BWD = OPTYPE_CODE["backward-compute"]
+OPT = OPTYPE_CODE["optimizer"]
+GC = OPTYPE_CODE["gc"]
+FS, FR = OPTYPE_CODE["forward-send"], OPTYPE_CODE["forward-recv"]
+BS, BR = OPTYPE_CODE["backward-send"], OPTYPE_CODE["backward-recv"]
+AG = OPTYPE_CODE["params-all-gather"]
+RS = OPTYPE_CODE["grads-reduce-scatter"]
+SEP = OPTYPE_CODE["separate-grads-all-reduce"]
+EMB = OPTYPE_CODE["embedding-grads-all-reduce"]
+LN = OPTYPE_CODE["layernorm-grads-all-reduce"]
+CLIP = OPTYPE_CODE["optimizer-clip-main-grad"]
+DP_TYPES = (AG, RS, SEP)
+P2P_TYPES = (FS, FR, BS, BR)
+
+# (direction compute type, peer type, stage delta to the peer) per P2P type
+_P2P_INFO: dict[int, tuple[int, int, int]] = {
+    FS: (FWD, FR, +1),
+    FR: (FWD, FS, -1),
+    BS: (BWD, BR, -1),
+    BR: (BWD, BS, +1),
+}
+
+
+@dataclass
+class Template:
+    """The dependency graph of one step of one DP replica, plus the maps from trace rows to nodes.
+
+    Nodes are numbered by (stage, optype code, seq_id). ``deps[v]`` lists the nodes v waits for.
+    ``group[v]`` is the communication group of v or -1 for a local op (compute, gc, layernorm
+    all-reduce). ``order`` lists super-nodes (a local op or a whole group) in topological order.
+    Row maps: trace row i is node ``node_of_row[i]`` at DP index ``dp_of_row[i]`` and step index
+    ``step_of_row[i]``; every (node, dp, step) cell is filled exactly once.
+    """
+
+    n_nodes: int
+    stage: npt.NDArray[np.int64]
+    optype: npt.NDArray[np.int64]
+    seq: npt.NDArray[np.int64]
+    deps: list[list[int]]
+    group: npt.NDArray[np.int64]
+    groups: list[list[int]]
+    group_dp_sync: list[bool]
+    order: list[list[int]]
+    sinks: npt.NDArray[np.int64]
+    node_of_row: npt.NDArray[np.int64]
+    dp_of_row: npt.NDArray[np.int64]
+    step_of_row: npt.NDArray[np.int64]
+    steps: list[int]
+    dp: int
+    pp: int
+    vpp: int
+    no_ops: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_comm(self) -> npt.NDArray[np.bool_]:
+        """Nodes whose simulated end is set by their group (``transfer`` after the group's start)."""
+        return self.group >= 0
+
+    def name(self, node: int) -> str:
+        """``optype_seq_stage``, the artifact's op identity."""
+        return f"{OPTYPES[int(self.optype[node])]}_{int(self.seq[node])}_{int(self.stage[node])}"
+
+    def dense(self, values: npt.NDArray[Any], fill: float = np.nan) -> npt.NDArray[np.float64]:
+        """Scatter per-row values (n_ops,) into a (n_nodes, dp, n_steps) array."""
+        out = np.full((self.n_nodes, self.dp, len(self.steps)), fill, dtype=np.float64)
+        out[self.node_of_row, self.dp_of_row, self.step_of_row] = values
+        return out
+
+    def gather(self, dense: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Per-row values from a (..., n_nodes, dp, n_steps) array (inverse of :meth:`dense`)."""
+        return dense[..., self.node_of_row, self.dp_of_row, self.step_of_row]
+
+
+def _chain(edges: list[tuple[int, int]], nodes: list[int], first_after: list[int] | None = None) -> None:
+    prev = list(first_after or [])
+    for v in nodes:
+        edges.extend((u, v) for u in prev)
+        prev = [v]
+
+
+def build_template(trace: Trace) -> Template:
+    """Rebuild the dependency graph of ``trace`` (see the module docstring).
+
+    Raises ``TraceError`` when steps differ in their ops, P2P records cannot be paired, or the
+    graph has a cycle once groups are contracted.
+    """
+    ops, meta = trace.ops, trace.meta
+    src = trace.sources[0] if trace.sources else None
+    dp, pp = meta.dp, meta.pp
+    n_types = len(OPTYPES)
+    steps_arr, step_of_row = np.unique(ops.step, return_inverse=True)
+    step_of_row = step_of_row.reshape(-1).astype(np.int64)
+    n_steps = len(steps_arr)
+    stage = ops.stage.astype(np.int64)
+    optype = ops.optype.astype(np.int64)
+    seq = ops.seq_id.astype(np.int64)
+    dp_of_row = ops.dp_rank.astype(np.int64)
+
+    # --- node numbering from DP rank 0 / first step; every step must carry the same ops
+    counts = np.bincount(
+        (step_of_row * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
+        minlength=n_steps * dp * pp * n_types,
+    ).reshape(n_steps, dp, pp, n_types)
+    ref = counts[0, 0]
+    diff = counts != ref
+    if diff.any():
+        t, d, s, o = (int(x) for x in np.argwhere(diff)[0])
+        bad_rank = ops.rank[(step_of_row == t) & (dp_of_row == d) & (stage == s)]
+        raise TraceError(
+            f"step {int(steps_arr[t])} has {counts[t, d, s, o]} {OPTYPES[o]!r} ops on stage {s}, "
+            f"dp_rank {d}, "
+            f"but the first traced step ({int(steps_arr[0])}) has {ref[s, o]}: every step must carry the "
+            "same ops",
+            file=src,
+            rank=int(bad_rank[0]) if len(bad_rank) else None,
+            step=int(steps_arr[t]),
+            op=OPTYPES[o],
+        )
+    base = np.concatenate([[0], np.cumsum(ref.reshape(-1))])[:-1].reshape(pp, n_types)
+    n_nodes = int(ref.sum())
+    if (seq >= ref[stage, optype]).any() or (seq < 0).any():
+        i = int(np.argmax((seq >= ref[stage, optype]) | (seq < 0)))
+        raise TraceError(
+            f"seq_id {int(seq[i])} is not in 0..{int(ref[stage[i], optype[i]]) - 1}",
+            file=src,
+            rank=int(ops.rank[i]),
+            step=int(ops.step[i]),
+            op=OPTYPES[optype[i]],
+        )
+    node_of_row = base[stage, optype] + seq
+    n_stage = np.repeat(np.arange(pp), ref.sum(axis=1))
+    n_optype = np.concatenate([np.repeat(np.arange(n_types), ref[s]) for s in range(pp)]).astype(np.int64)
+    n_seq = np.concatenate([np.arange(c) for c in ref.reshape(-1)]).astype(np.int64)
+
+    # template attributes from dp 0, first step
+    sel = np.flatnonzero((step_of_row == 0) & (dp_of_row == 0))
+    t_start = np.empty(n_nodes)
+    t_end = np.empty(n_nodes)
+    t_mc = np.empty(n_nodes, dtype=np.int64)
+    t_gmc = np.empty(n_nodes, dtype=np.int64)
+    nid = node_of_row[sel]
+    t_start[nid] = ops.start_ts[sel]
+    t_end[nid] = ops.start_ts[sel] + ops.duration[sel]
+    t_mc[nid] = ops.mc[sel]
+    t_gmc[nid] = ops.gmc[sel]
+
+    def node(s: int, o: int, q: int) -> int | None:
+        if 0 <= q < ref[s, o]:
+            return int(base[s, o] + q)
+        return None
+
+    def nodes_of(s: int, o: int) -> list[int]:
+        return list(range(int(base[s, o]), int(base[s, o] + ref[s, o])))
+
+    def observed_order(nodes: list[int]) -> list[int]:
+        # the artifact's sort key: (start_ts, seq_id, optype name)
+        return sorted(nodes, key=lambda v: (t_start[v], n_seq[v], OPTYPES[n_optype[v]]))
+
+    compute_mc = t_mc[np.isin(n_optype, (FWD, BWD))]
+    vpp = int(compute_mc.max()) + 1 if len(compute_mc) and compute_mc.max() >= 0 else meta.vpp
+    notes: list[str] = []
+    if vpp != meta.vpp:
+        notes.append(f"the trace holds {vpp} model chunks per stage; the job metadata says vpp={meta.vpp}")
+    total_gmc = vpp * pp
+
+    edges: list[tuple[int, int]] = []
+    groups: list[list[int]] = []
+    dp_sync: list[bool] = []
+    valid_p2p: dict[tuple[int, int, int], int] = {}  # (stage, type, valid index) -> node
+    no_op_nodes: list[int] = []
+    present = set(int(o) for o in np.flatnonzero(ref.sum(axis=0)))
+    use_dp = any(o in present for o in DP_TYPES)
+    ovlp_dp = SEP in present
+
+    def where(s: int, o: int) -> dict[str, Any]:
+        return {
+            "file": src,
+            "step": int(steps_arr[0]),
+            "op": OPTYPES[o],
+            "rank": int(ops.rank[sel][(stage[sel] == s)][0]),
+        }
+
+    for s in range(pp):
+        comp = observed_order(nodes_of(s, FWD) + nodes_of(s, BWD))
+        if not comp:
+            raise TraceError(f"stage {s} has no forward/backward compute ops", **where(s, OPT))
+        _chain(edges, comp)
+
+        # P2P matching and no-op detection
+        for o in P2P_TYPES:
+            stream = observed_order(nodes_of(s, o))
+            if not stream:
+                continue
+            _chain(edges, stream)
+            ctype, peer_type, delta = _P2P_INFO[o]
+            cnodes = nodes_of(s, ctype)  # seq order = start order
+            if not cnodes:
+                raise TraceError(f"{OPTYPES[o]} ops on a stage without {OPTYPES[ctype]}", **where(s, o))
+            last_c_start = max(t_start[c] for c in cnodes)
+            first_c_end = min(t_end[c] for c in cnodes)
+            is_recv = o in (FR, BR)
+
+            def type1(
+                v: int, _recv: bool = is_recv, _ls: float = last_c_start, _fe: float = first_c_end
+            ) -> bool:
+                return t_start[v] > _ls + EPS_MATCH if _recv else t_end[v] < _fe - EPS_MATCH
+
+            cnt = sum(1 for v in stream if not type1(v))
+            compute_id = 0
+            if cnt != len(cnodes):
+                if s not in (0, pp - 1) or not (cnt == 0 or cnt + 1 == len(cnodes)):
+                    raise TraceError(
+                        f"{cnt} matched {OPTYPES[o]} ops for {len(cnodes)} {OPTYPES[ctype]} ops "
+                        f"on stage {s}: "
+                        "P2P records cannot be paired with computes",
+                        **where(s, o),
+                    )
+                if is_recv and cnt + 1 == len(cnodes):
+                    compute_id = 1  # the first recv (a no-op) was not recorded
+            valid = 0
+            for v in stream:
+                if type1(v):
+                    no_op_nodes.append(v)
+                    continue
+                c = cnodes[compute_id]
+                # the peer's global model chunk: a forward send feeds gmc+1, a forward recv comes from
+                # gmc-1, and the reverse for backward; outside the model means the transfer never happened
+                peer_gmc = int(t_gmc[c]) + delta
+                type2 = peer_gmc < 0 or peer_gmc >= total_gmc
+                if is_recv:
+                    edges.append((v, c))
+                    prev_c = node(s, ctype, int(n_seq[c]) - 1)
+                    if prev_c is not None:
+                        edges.append((prev_c, v))
+                else:
+                    edges.append((c, v))
+                compute_id += 1
+                if type2:
+                    no_op_nodes.append(v)
+                else:
+                    valid_p2p[(s, o, valid)] = v
+                    valid += 1
+
+        # first backward send/recv wait for the forward two places before the first backward
+        first_b = next((i for i, v in enumerate(comp) if n_optype[v] == BWD), None)
+        if first_b is not None and first_b >= 2:
+            if n_optype[comp[first_b - 1]] == FWD and n_optype[comp[first_b - 2]] == FWD:
+                anchor = comp[first_b - 2]
+                for o in (BR, BS):
+                    v0 = node(s, o, 0)
+                    if v0 is not None:
+                        edges.append((anchor, v0))
+            else:
+                notes.append(
+                    f"stage {s}: the two computes before the first backward are not forwards; "
+                    "the 1F1B warm-up edge was not added"
+                )
+
+        # DP stream
+        if use_dp:
+            _chain(edges, observed_order(nodes_of(s, AG) + nodes_of(s, RS)))
+            fwd_nodes = nodes_of(s, FWD)
+            assigned: set[int] = set()
+            ags = nodes_of(s, AG)
+            for k in reversed(range(len(ags))):
+                v = ags[k]
+                mc = int(t_mc[v]) if t_mc[v] >= 0 else k
+                if mc in assigned:
+                    continue
+                cands = [c for c in fwd_nodes if t_mc[c] == mc]
+                if cands:
+                    edges.append((v, min(cands, key=lambda c: t_start[c])))
+                assigned.add(mc)
+            if ovlp_dp:
+                bwd_nodes = nodes_of(s, BWD)
+                assigned = set()
+                rss = nodes_of(s, RS)
+                for k, v in enumerate(rss):
+                    mc = int(t_mc[v]) if t_mc[v] >= 0 else vpp - 1 - k
+                    if mc in assigned:
+                        continue
+                    cands = [c for c in bwd_nodes if t_mc[c] == mc]
+                    if cands:
+                        edges.append((max(cands, key=lambda c: t_end[c]), v))
+                    assigned.add(mc)
+
+        # tail
+        last_compute = max(comp, key=lambda v: t_end[v])
+        gcs = nodes_of(s, GC)
+        _chain(edges, gcs, [last_compute])
+        after_gc = [gcs[-1]] if gcs else [last_compute]
+        emb = nodes_of(s, EMB) if s in (0, pp - 1) else []
+        head = nodes_of(s, LN) + emb
+        if not use_dp:
+            tail = head + nodes_of(s, CLIP) + nodes_of(s, OPT)
+            _chain(edges, tail, after_gc)
+        elif ovlp_dp:
+            rss = nodes_of(s, RS)
+            tail = head + nodes_of(s, SEP) + nodes_of(s, CLIP) + nodes_of(s, OPT)
+            _chain(edges, tail, after_gc + rss[-1:])
+        else:
+            tail = head + nodes_of(s, RS) + nodes_of(s, CLIP) + nodes_of(s, OPT)
+            _chain(edges, tail, after_gc)
+        if s not in (0, pp - 1) and ref[s, EMB]:
+            # an embedding all-reduce on a middle stage joins nothing; keep it in the stage's tail
+            _chain(edges, nodes_of(s, EMB), after_gc)
+
+    # --- groups
+    group = np.full(n_nodes, -1, dtype=np.int64)
+
+    def add_group(members: list[int], sync: bool) -> None:
+        gid = len(groups)
+        groups.append(members)
+        dp_sync.append(sync)
+        for m in members:
+            group[m] = gid
+
+    for (s, o, k), v in sorted(valid_p2p.items()):
+        _, peer_type, delta = _P2P_INFO[o]
+        if o not in (FS, BS):
+            continue  # each pair is added once, from its sender
+        ps = (s + delta) % pp
+        peer = valid_p2p.get((ps, peer_type, k))
+        if peer is None:
+            raise TraceError(
+                f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer "
+                f"on stage {ps}",
+                **where(s, o),
+            )
+        add_group([v, peer], False)
+    for (s, o, k), v in sorted(valid_p2p.items()):
+        if o in (FR, BR) and group[v] < 0:
+            _, peer_type, delta = _P2P_INFO[o]
+            raise TraceError(
+                f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer on stage "
+                f"{(s + delta) % pp}",
+                **where(s, o),
+            )
+    for v in no_op_nodes:
+        add_group([v], False)
+    for s in range(pp):
+        for o in DP_TYPES:
+            for v in nodes_of(s, o):
+                add_group([v], True)
+    # embedding all-reduce: first and last stage of one replica, one group per seq_id
+    emb_stages = sorted({0, pp - 1})
+    for q in range(int(ref[:, EMB].max()) if ref[:, EMB].any() else 0):
+        members = [m for m in (node(s, EMB, q) for s in emb_stages) if m is not None]
+        if members:
+            add_group(members, False)
+    for s in range(1, pp - 1):
+        for v in nodes_of(s, EMB):
+            add_group([v], False)
+    for q in range(int(ref[:, CLIP].max()) if ref[:, CLIP].any() else 0):
+        members = [m for m in (node(s, CLIP, q) for s in range(pp)) if m is not None]
+        add_group(members, True)
+
+    deps: list[list[int]] = [[] for _ in range(n_nodes)]
+    seen: set[tuple[int, int]] = set()
+    for u, v in edges:
+        if (u, v) not in seen and u != v:
+            seen.add((u, v))
+            deps[v].append(u)
+
+    order = _topo_order(n_nodes, deps, group, groups, lambda v: _node_name(n_stage, n_optype, n_seq, v), src)
+    has_succ = np.zeros(n_nodes, dtype=bool)
+    for v in range(n_nodes):
+        for u in deps[v]:
+            has_succ[u] = True
+    sinks = np.flatnonzero(~has_succ)
+    return Template(
+        n_nodes=n_nodes,
+        stage=n_stage.astype(np.int64),
+        optype=n_optype,
+        seq=n_seq,
+        deps=deps,
+        group=group,
+        groups=groups,
+        group_dp_sync=dp_sync,
+        order=order,
+        sinks=sinks,
+        node_of_row=node_of_row,
+        dp_of_row=dp_of_row,
+        step_of_row=step_of_row,
+        steps=[int(x) for x in steps_arr],
+        dp=dp,
+        pp=pp,
+        vpp=vpp,
+        no_ops=len(no_op_nodes),
+        notes=notes,
+    )
+
+
+def _node_name(
+    stage: npt.NDArray[np.int64], optype: npt.NDArray[np.int64], seq: npt.NDArray[np.int64], v: int
+) -> str:
+    return f"{OPTYPES[int(optype[v])]}_{int(seq[v])}_{int(stage[v])}"
+
+
+def _topo_order(
+    n_nodes: int,
+    deps: list[list[int]],
+    group: npt.NDArray[np.int64],
+    groups: list[list[int]],
+    name: Any,
+    src: str | None,
+) -> list[list[int]]:
+    """Kahn's order over super-nodes (a group contracted to one node); raises on a cycle."""
+    sid = np.where(group >= 0, group, len(groups) + np.arange(n_nodes))
+    # super-node ids are compacted: groups first, then local ops
+    uniq, sup = np.unique(sid, return_inverse=True)
+    n_sup = len(uniq)
+    members: list[list[int]] = [[] for _ in range(n_sup)]
+    for v in range(n_nodes):
+        members[int(sup[v])].append(v)
+    succ: list[set[int]] = [set() for _ in range(n_sup)]
+    indeg = np.zeros(n_sup, dtype=np.int64)
+    for v in range(n_nodes):
+        sv = int(sup[v])
+        for u in deps[v]:
+            su = int(sup[u])
+            if su != sv and sv not in succ[su]:
+                succ[su].add(sv)
+                indeg[sv] += 1
+    queue = deque(int(x) for x in np.flatnonzero(indeg == 0))
+    order: list[list[int]] = []
+    while queue:
+        x = queue.popleft()
+        order.append(members[x])
+        for y in succ[x]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                queue.append(y)
+    if len(order) != n_sup:
+        stuck = np.flatnonzero(indeg > 0)
+        cyc = _find_cycle(stuck, succ)
+        names = [
+            name(members[c][0])
+            if len(members[c]) == 1
+            else "{" + ", ".join(name(m) for m in members[c]) + "}"
+            for c in cyc
+        ]
+        raise TraceError(
+            f"the dependency graph has a cycle: {' -> '.join(names)}", file=src, op=name(members[cyc[0]][0])
+        )
+    return order
+
+
+def _find_cycle(stuck: npt.NDArray[np.int64], succ: list[set[int]]) -> list[int]:
+    """One cycle among the super-nodes left over by Kahn's algorithm."""
+    left = set(int(x) for x in stuck)
+    start = int(stuck[0])
+    path: list[int] = []
+    pos: dict[int, int] = {}
+    x = start
+    while x not in pos:
+        pos[x] = len(path)
+        path.append(x)
+        x = next(y for y in succ[x] if y in left)
+    return [*path[pos[x] :], x]
+
+
+def edge_list(t: Template) -> list[tuple[int, int]]:
+    """All (u, v) edges of the template, v waiting for u."""
+    return [(u, v) for v in range(t.n_nodes) for u in t.deps[v]]
+
+
+def stage_nodes(t: Template) -> dict[int, npt.NDArray[np.int64]]:
+    """Nodes of each stage."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for v in range(t.n_nodes):
+        out[int(t.stage[v])].append(v)
+    return {s: np.asarray(v, dtype=np.int64) for s, v in out.items()}

@@ -1,0 +1,158 @@
+"""The what-if simulator: a longest-path pass over the template graph (METHOD.md A3-A4).
+
+One pass visits the template's super-nodes (a local op, or a whole communication group) in
+topological order. Every node carries a numpy array over *columns* shaped ``(K, D, S)``: K scenarios,
+D DP ranks, S steps. So N what-if scenarios, every DP rank and every step cost one pass over
+N-wide arrays. Shapes broadcast: a duration that is the same for every scenario, DP rank or step may
+have size 1 on that axis, and the pass keeps such axes small for as long as it can (the ideal run of
+a whole job is a pass over 1x1x1 arrays).
+
+Semantics (the artifact's simulator):
+
+- a member starts at the latest end of its dependencies (0 = step start when it has none) plus its
+  launch delay (0 unless given);
+- a local op ends ``duration`` after its start;
+- a group starts when its last member has started (over every DP rank of the step as well when the
+  group is DP-synchronised); each member ends its own ``transfer`` time after that;
+- a step's time is the latest end of any op in it (steps are independent; no cross-step edges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.graph import Template
+
+Array = npt.NDArray[np.float64]
+DurationSource = Callable[[int], Array]
+
+
+@dataclass
+class SimResult:
+    """Step times ``(K, S)`` and, when asked for, every node's start and end ``(n_nodes, K, D, S)``."""
+
+    step_times: Array
+    start: Array | None = None
+    end: Array | None = None
+
+
+def _as3(x: Array | float) -> Array:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 3:
+        return a
+    if a.ndim == 0:
+        return a.reshape(1, 1, 1)
+    if a.ndim == 2:  # (D, S)
+        return a[None]
+    raise ValueError(f"durations must broadcast to (K, D, S); got shape {a.shape}")
+
+
+def _successor_counts(t: Template) -> npt.NDArray[np.int64]:
+    cnt = np.zeros(t.n_nodes, dtype=np.int64)
+    for v in range(t.n_nodes):
+        for u in t.deps[v]:
+            cnt[u] += 1
+    return cnt
+
+
+def simulate(
+    t: Template,
+    durations: DurationSource | Array,
+    shape: tuple[int, int, int],
+    *,
+    launch: DurationSource | Array | None = None,
+    keep: bool = False,
+) -> SimResult:
+    """Simulate ``K`` scenarios over ``D`` DP ranks and ``S`` steps in one pass.
+
+    ``durations`` is either an array ``(n_nodes, K, D, S)`` (any axis may be 1) or a function
+    ``node -> array broadcastable to (K, D, S)`` giving a local op's duration or a group member's
+    transfer time. ``launch`` likewise gives launch delays (omitted: 0). ``shape = (K, D, S)``; ``D``
+    must be the job's DP size whenever DP-synchronised groups should see every DP rank (a caller
+    may pass a smaller D when the DP ranks it leaves out are identical to one that is kept).
+    With ``keep`` the start and end of every node are returned too.
+    """
+    k, d, s = shape
+    dur = durations if callable(durations) else (lambda v, a=durations: a[v])
+    lau = None if launch is None else (launch if callable(launch) else (lambda v, a=launch: a[v]))
+    n = t.n_nodes
+    ends: list[Array | None] = [None] * n
+    starts_kept: list[Array] | None = [np.empty(0)] * n if keep else None
+    ends_kept: list[Array] | None = [np.empty(0)] * n if keep else None
+    remaining = _successor_counts(t)
+    zero = np.zeros((1, 1, 1))
+    step_end = zero
+    deps = t.deps
+    group = t.group
+    sync = t.group_dp_sync
+    for members in t.order:
+        starts = []
+        for v in members:
+            dv = deps[v]
+            if not dv:
+                st = zero
+            else:
+                st = ends[dv[0]]  # type: ignore[assignment]
+                for u in dv[1:]:
+                    st = np.maximum(st, ends[u])  # type: ignore[arg-type]
+                for u in dv:
+                    remaining[u] -= 1
+                    if remaining[u] == 0 and not keep:
+                        ends[u] = None
+            if lau is not None:
+                st = st + _as3(lau(v))
+            starts.append(st)
+        g = group[members[0]]
+        if g < 0:
+            v = members[0]
+            e = starts[0] + _as3(dur(v))
+            ends[v] = e
+            if keep:
+                starts_kept[v] = starts[0]  # type: ignore[index]
+                ends_kept[v] = e  # type: ignore[index]
+            if remaining[v] == 0:
+                step_end = np.maximum(step_end, e)
+            continue
+        eff = starts[0]
+        for st in starts[1:]:
+            eff = np.maximum(eff, st)
+        if sync[g] and eff.shape[1] > 1:
+            # a DP-synchronised group starts when the last member on any DP rank has started
+            eff = eff.max(axis=1, keepdims=True)
+        for v, st in zip(members, starts, strict=True):
+            e = eff + _as3(dur(v))
+            ends[v] = e
+            if keep:
+                starts_kept[v] = st  # type: ignore[index]
+                ends_kept[v] = e  # type: ignore[index]
+            if remaining[v] == 0:
+                step_end = np.maximum(step_end, e)
+    full = np.broadcast_to(step_end, (k, d, s))
+    out = SimResult(step_times=full.max(axis=1))
+    if keep:
+        out.start = np.stack([np.broadcast_to(x, (k, d, s)) for x in starts_kept])  # type: ignore[union-attr]
+        out.end = np.stack([np.broadcast_to(x, (k, d, s)) for x in ends_kept])  # type: ignore[union-attr]
+    return out
+
+
+def mixed_source(a: Array, b: Array, use_b: npt.NDArray[np.bool_]) -> DurationSource:
+    """Per node: scenario k takes ``b[v]`` where ``use_b[v, k]`` and ``a[v]`` elsewhere.
+
+    ``a`` and ``b`` are ``(n_nodes, D, S)`` arrays (axes may be 1); ``use_b`` is ``(n_nodes, K)``.
+    Nodes where all or no scenario switch keep the narrow shape, so the pass stays cheap.
+    """
+    all_b: npt.NDArray[np.bool_] = np.asarray(use_b.all(axis=1))
+    any_b: npt.NDArray[np.bool_] = np.asarray(use_b.any(axis=1))
+
+    def get(v: int) -> Array:
+        if all_b[v]:
+            return b[v][None]
+        if not any_b[v]:
+            return a[v][None]
+        return np.where(use_b[v][:, None, None], b[v][None], a[v][None])
+
+    return get

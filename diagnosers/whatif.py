@@ -1,0 +1,558 @@
+"""What-if analysis (METHOD.md A3-A5): the engine object, ad-hoc scenarios and the full report.
+
+``build_engine(trace)`` measures the trace once (transfer times, launch delays, actual step times)
+and keeps the template graph; its ``simulate`` runs any batch of duration vectors. ``analyze(trace)``
+fills a :class:`~diagnosers.report.WhatIfReport`; ``run_scenario`` answers "what if this subset of
+ops ran at its typical duration" for the MCP ``run_whatif`` tool and the remedies.
+
+Definitions (the artifact's):
+
+- original duration of an op: a local op's ``duration``; a group member's transfer time
+  ``end - latest start among the group's members`` (over every DP rank of the step for
+  DP-synchronised groups), values <= -10 ms set to 0;
+- ideal duration: one value per op type pooled over the whole trace, the mean for compute types and
+  the median for communication types (every non-compute kind, including the layernorm all-reduce);
+- launch delay: ``start - latest end of the op's dependencies`` (``start - step start`` without
+  dependencies), values <= -10 ms set to 0; zero in the baseline and in every what-if run;
+- T_s: simulated step time with original durations and no launch delay; T_ideal: with ideal
+  durations (the same for every step); S = mean T_s / T_ideal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.graph import CLAMP_NEG, Template, build_template
+from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
+from diagnosers.report import (
+    Attribution,
+    RatioMetric,
+    ScenarioResult,
+    StepTimes,
+    WhatIfReport,
+    WorkerSlowdown,
+)
+from diagnosers.simulate import Array, mixed_source, simulate
+
+STRAGGLING_THRESHOLD = 1.1  # S at or above this: a straggling job ([S] in METHOD.md A5)
+DECOMPOSE_THRESHOLD = 1.03  # the artifact's --decompose-thres: below it attributions are left empty
+MW_PERCENT = 3  # M_W fixes the slowest ceil(3% x workers) workers
+SIM_CHECK_RTOL = 1e-3  # re-simulating with launch delays should reproduce actual step times
+
+# Op-type groups of the by-optype attribution: P2P merged per direction (the artifact's names).
+PP_COMM_GROUPS: dict[str, tuple[str, ...]] = {
+    "forward-pp-comm": ("forward-send", "forward-recv"),
+    "backward-pp-comm": ("backward-send", "backward-recv"),
+}
+_IS_COMPUTE_TYPE = np.array([OPTYPE_KIND[o] is OpKind.COMPUTE for o in OPTYPES])
+
+
+def optype_group_of(name: str) -> str:
+    """The by-optype attribution key of an op type (P2P merged into forward/backward-pp-comm)."""
+    for key, members in PP_COMM_GROUPS.items():
+        if name in members:
+            return key
+    return name
+
+
+@dataclass
+class WhatIfEngine:
+    """A measured trace and its template graph, ready to simulate what-if scenarios.
+
+    Per-op vectors are aligned with ``trace.ops`` rows:
+
+    - ``original``: compute = ``duration``, communication = transfer time (see module docstring);
+    - ``ideal``: the op type's pooled typical value;
+    - ``launch_delay``: measured launch delay (0 in every what-if run unless passed explicitly).
+
+    ``steps`` lists the step ids; every step-time array has one column per step in that order.
+    Dense arrays are ``(n_nodes, dp, n_steps)`` over the template (``template.dense`` /
+    ``template.gather`` convert).
+    """
+
+    trace: Trace
+    template: Template
+    steps: list[int]
+    original: Array
+    ideal: Array
+    launch_delay: Array
+    actual_step_times: Array
+    orig_dense: Array
+    ideal_node: Array
+    launch_dense: Array
+    start_dense: Array
+    notes: list[str] = field(default_factory=list)
+    _nodelay: Array | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(dp, n_steps)."""
+        return self.template.dp, len(self.steps)
+
+    def simulate(
+        self, durations: npt.ArrayLike, *, launch_delay: npt.ArrayLike | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Step times ``(k, n_steps)`` for per-op duration vectors ``(n_ops,)`` or ``(k, n_ops)``.
+
+        Each vector gives, per op, a compute duration or a communication transfer time (the same
+        meaning as ``original`` / ``ideal``). Launch delays are 0 unless ``launch_delay`` (``(n_ops,)``)
+        is given. One vectorised pass serves all k scenarios.
+        """
+        d = np.asarray(durations, dtype=np.float64)
+        if d.ndim == 1:
+            d = d[None]
+        n_ops = len(self.trace.ops)
+        if d.ndim != 2 or d.shape[1] != n_ops:
+            raise ValueError(f"durations must be (n_ops,) or (k, n_ops) with n_ops={n_ops}; got {d.shape}")
+        k = d.shape[0]
+        dp, ns = self.shape
+        t = self.template
+        dense = np.empty((t.n_nodes, k, dp, ns))
+        dense[t.node_of_row, :, t.dp_of_row, t.step_of_row] = d.T
+        launch = None
+        if launch_delay is not None:
+            launch = t.dense(np.asarray(launch_delay, dtype=np.float64), fill=0.0)[:, None]
+        return simulate(t, dense, (k, dp, ns), launch=launch).step_times
+
+    def simulate_dense(
+        self, durations: Callable[[int], Array] | Array, k: int, *, dp: int | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Step times ``(k, n_steps)`` for a duration source over template nodes (see ``simulate``)."""
+        return simulate(self.template, durations, (k, dp or self.template.dp, len(self.steps))).step_times
+
+    @property
+    def nodelay_step_times(self) -> Array:
+        """T_s: original durations, launch delay 0, per step."""
+        if self._nodelay is None:
+            self._nodelay = self.simulate_dense(lambda v: self.orig_dense[v][None], 1)[0]
+        return self._nodelay
+
+    @property
+    def ideal_step_time(self) -> float:
+        """T_ideal: every op at its type's typical duration (identical for every step)."""
+        return float(simulate(self.template, lambda v: self.ideal_node[v], (1, 1, 1)).step_times[0, 0])
+
+    def launch_step_times(self) -> Array:
+        """Simulated step times with original durations *and* measured launch delays."""
+        ld = self.launch_dense
+        return simulate(
+            self.template,
+            lambda v: self.orig_dense[v][None],
+            (1, *self.shape),
+            launch=lambda v: ld[v][None],
+        ).step_times[0]
+
+
+def build_engine(trace: Trace) -> WhatIfEngine:
+    """Build the template graph of ``trace`` and measure transfer times, launch delays, step times."""
+    t = build_template(trace)
+    ops = trace.ops
+    ns = len(t.steps)
+    step_min = np.full(ns, np.inf)
+    np.minimum.at(step_min, t.step_of_row, ops.start_ts)
+    start_rel = ops.start_ts - step_min[t.step_of_row]
+    start = t.dense(start_rel)
+    dur = t.dense(ops.duration)
+    end = start + dur
+    actual = end.max(axis=(0, 1))
+
+    orig = dur.copy()
+    for g, members in enumerate(t.groups):
+        last = start[members].max(axis=0)
+        if t.group_dp_sync[g]:
+            last = last.max(axis=0, keepdims=True)
+        tr = end[members] - last
+        tr[tr <= -CLAMP_NEG] = 0.0
+        orig[members] = tr
+
+    launch = np.empty_like(start)
+    for v in range(t.n_nodes):
+        dv = t.deps[v]
+        if dv:
+            launch[v] = start[v] - end[dv].max(axis=0)
+        else:
+            launch[v] = start[v]
+    launch[launch <= -CLAMP_NEG] = 0.0
+
+    ideal_node = np.empty(t.n_nodes)
+    for o in np.unique(t.optype):
+        nodes = t.optype == o
+        vals = orig[nodes]
+        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[o] else np.median(vals)
+
+    eng = WhatIfEngine(
+        trace=trace,
+        template=t,
+        steps=list(t.steps),
+        original=t.gather(orig),
+        ideal=ideal_node[t.node_of_row],
+        launch_delay=t.gather(launch),
+        actual_step_times=actual,
+        orig_dense=orig,
+        ideal_node=ideal_node,
+        launch_dense=launch,
+        start_dense=start,
+        notes=list(t.notes),
+    )
+    return eng
+
+
+# ----------------------------------------------------------------------------------------------
+# ad-hoc scenarios
+
+
+def select_ops(
+    trace: Trace,
+    *,
+    optypes: Sequence[str] | None = None,
+    dp_ranks: Sequence[int] | None = None,
+    pp_ranks: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
+) -> npt.NDArray[np.bool_]:
+    """Rows matching every given filter (None = no filter). ``optypes`` accepts op-type names and
+    the merged ``forward-pp-comm`` / ``backward-pp-comm`` / ``compute`` / ``comm`` group names."""
+    ops = trace.ops
+    mask = np.ones(len(ops), dtype=bool)
+    if optypes is not None:
+        codes: set[int] = set()
+        for name in optypes:
+            if name in PP_COMM_GROUPS:
+                codes.update(OPTYPE_CODE[n] for n in PP_COMM_GROUPS[name])
+            elif name == "compute":
+                codes.update(int(i) for i in np.flatnonzero(_IS_COMPUTE_TYPE))
+            elif name == "comm":
+                codes.update(int(i) for i in np.flatnonzero(~_IS_COMPUTE_TYPE))
+            elif name in OPTYPE_CODE:
+                codes.add(OPTYPE_CODE[name])
+            else:
+                raise TraceError(f"unknown op type {name!r} in the scenario selector", op=name)
+        mask &= np.isin(ops.optype, sorted(codes))
+    if dp_ranks is not None:
+        mask &= np.isin(ops.dp_rank, list(dp_ranks))
+    if pp_ranks is not None:
+        mask &= np.isin(ops.stage, list(pp_ranks))
+    if steps is not None:
+        mask &= np.isin(ops.step, list(steps))
+    return mask
+
+
+def run_scenario(
+    trace_or_engine: Trace | WhatIfEngine,
+    *,
+    optypes: Sequence[str] | None = None,
+    dp_ranks: Sequence[int] | None = None,
+    pp_ranks: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
+    free_comm: bool = False,
+) -> ScenarioResult:
+    """Simulate the job with a subset of ops changed, against the no-delay baseline.
+
+    The subset is the ops matching every given selector (``optypes``, ``dp_ranks``, ``pp_ranks``,
+    ``steps``; None means all). By default those ops are idealised (their type's typical duration);
+    with ``free_comm`` the subset's communication ops cost nothing (transfer 0) and its compute ops
+    keep their durations ("what if the network were infinitely fast"). ``speedup = t_orig / t_after``
+    over mean step times; launch delays are 0 in both runs.
+    """
+    eng = trace_or_engine if isinstance(trace_or_engine, WhatIfEngine) else build_engine(trace_or_engine)
+    sel = select_ops(eng.trace, optypes=optypes, dp_ranks=dp_ranks, pp_ranks=pp_ranks, steps=steps)
+    durations = eng.original.copy()
+    if free_comm:
+        comm = sel & ~_IS_COMPUTE_TYPE[eng.trace.ops.optype]
+        durations[comm] = 0.0
+        changed = int(comm.sum())
+    else:
+        durations[sel] = eng.ideal[sel]
+        changed = int(sel.sum())
+    after = eng.simulate(durations)[0]
+    before = eng.nodelay_step_times
+    t_orig, t_after = float(before.mean()), float(after.mean())
+    return ScenarioResult(
+        t_orig=t_orig,
+        t_after=t_after,
+        speedup=t_orig / t_after if t_after > 0 else math.inf,
+        step_times_orig={str(s): float(x) for s, x in zip(eng.steps, before, strict=True)},
+        step_times_after={str(s): float(x) for s, x in zip(eng.steps, after, strict=True)},
+        n_ops_changed=changed,
+        free_comm=free_comm,
+        selector={
+            "optypes": list(optypes) if optypes is not None else None,
+            "dp_ranks": [int(x) for x in dp_ranks] if dp_ranks is not None else None,
+            "pp_ranks": [int(x) for x in pp_ranks] if pp_ranks is not None else None,
+            "steps": [int(x) for x in steps] if steps is not None else None,
+        },
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def _ratios(times: Array, t_ideal: float) -> tuple[Array, Array]:
+    """Per-scenario job ratio (K,) and per-step ratios (K, S) against the ideal step time."""
+    return times.mean(axis=1) / t_ideal, times / t_ideal
+
+
+def _per_step(steps: list[int], keys: list[str], per_step: Array) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for j, s in enumerate(steps):
+        row = {k: float(per_step[i, j]) for i, k in enumerate(keys)}
+        out[str(s)] = dict(sorted(row.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def _sorted(d: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(d.items(), key=lambda kv: -kv[1]))
+
+
+def _ratio_metric(
+    t_orig: float, t_ideal: float, t_rem: float, t_add: float, workers: list[tuple[int, int]]
+) -> RatioMetric:
+    gap = t_orig - t_ideal
+    rem = (t_orig - t_rem) / gap if gap != 0 else None
+    add = (t_add - t_ideal) / gap if gap != 0 else None
+    return RatioMetric(
+        value=rem, rem=rem, add=add, t_rem=t_rem, t_add=t_add, t_orig=t_orig, t_ideal=t_ideal, workers=workers
+    )
+
+
+def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]], restore: bool) -> Array:
+    """Step times (len(workers), S) with only one worker's ops put back (``restore``) into the ideal
+    run, or idealised in the original run. One scenario per worker; DP ranks other than the worker's
+    are identical within a scenario, so they are simulated as a single representative rank."""
+    t = eng.template
+    dp, ns = eng.shape
+    k = len(workers)
+    if k == 0:
+        return np.zeros((0, ns))
+    dcol = 2 if dp > 1 else 1
+    w_dp = np.array([w[0] for w in workers])
+    w_st = np.array([w[1] for w in workers])
+    by_stage = {s: np.flatnonzero(w_st == s) for s in range(t.pp)}
+    orig, ideal = eng.orig_dense, eng.ideal_node
+    if restore:
+
+        def src(v: int) -> Array:
+            out = np.full((k, dcol, ns), ideal[v])
+            idx = by_stage[int(t.stage[v])]
+            if len(idx):
+                out[idx, 0, :] = orig[v][w_dp[idx]]
+            return out
+
+        return eng.simulate_dense(src, k, dp=dcol)
+
+    # idealise one worker in the original run: the other DP ranks keep their own values, so the DP
+    # axis stays whole here
+    def src_rem(v: int) -> Array:
+        out = np.broadcast_to(orig[v][None], (k, dp, ns)).copy()
+        idx = by_stage[int(t.stage[v])]
+        if len(idx):
+            out[idx, w_dp[idx], :] = ideal[v]
+        return out
+
+    return eng.simulate_dense(src_rem, k)
+
+
+def _subset_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> tuple[float, float]:
+    """(t_rem, t_add) mean step times for a set of workers idealised in the original run / put back
+    into the ideal run."""
+    t = eng.template
+    dp, ns = eng.shape
+    sel: dict[int, list[int]] = {}
+    for d, s in workers:
+        sel.setdefault(s, []).append(d)
+    orig, ideal = eng.orig_dense, eng.ideal_node
+
+    def src(v: int) -> Array:
+        out = np.empty((2, dp, ns))
+        out[0] = orig[v]
+        out[1] = ideal[v]
+        rows = sel.get(int(t.stage[v]))
+        if rows:
+            out[0, rows] = ideal[v]
+            out[1, rows] = orig[v][rows]
+        return out
+
+    times = eng.simulate_dense(src, 2)
+    return float(times[0].mean()), float(times[1].mean())
+
+
+def analyze(
+    trace: Trace,
+    *,
+    exact_top_k: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    engine: WhatIfEngine | None = None,
+) -> WhatIfReport:
+    """The full what-if report of a trace (fields documented on :class:`WhatIfReport`).
+
+    ``exact_top_k`` restricts the exact per-worker runs to the K workers with the highest
+    estimate (the report records it); None runs every worker exactly. ``progress(fraction,
+    message)`` is called between phases. Attributions are computed whatever S is; ``decomposed``
+    only says whether S reaches the artifact's 1.03 threshold.
+    """
+
+    def tick(f: float, msg: str) -> None:
+        if progress is not None:
+            progress(f, msg)
+
+    tick(0.0, "building the dependency graph")
+    eng = engine or build_engine(trace)
+    t = eng.template
+    steps = eng.steps
+    dp, ns = eng.shape
+    pp = t.pp
+    notes = list(trace.notes) + list(eng.notes)
+    tick(0.2, "simulating baseline and ideal")
+    t_nd = eng.nodelay_step_times
+    t_id = eng.ideal_step_time
+    if t_id <= 0:
+        raise TraceError("the ideal step time is not positive; the trace holds no time")
+    mean_nd = float(t_nd.mean())
+    slowdown = mean_nd / t_id
+    actual = eng.actual_step_times
+    launch_slowdown = float(actual.mean() / mean_nd)
+    t_launch = eng.launch_step_times()
+    if not np.allclose(t_launch, actual, rtol=SIM_CHECK_RTOL, atol=1e-4):
+        worst = int(np.argmax(np.abs(t_launch - actual)))
+        notes.append(
+            f"re-simulating with launch delays does not reproduce the actual step time of step "
+            f"{steps[worst]} ({t_launch[worst]:.4f} s vs {actual[worst]:.4f} s): the dependency model "
+            "misses something in this trace"
+        )
+
+    # step launch gap: gap before each worker's first op, averaged over workers
+    first = np.stack([eng.start_dense[t.stage == s].min(axis=0) for s in range(pp)])  # (pp, dp, S)
+    gap = first.mean(axis=(0, 1))
+
+    # --- put-backs: by op type and by stage (whole nodes), by DP rank (one rank restored)
+    tick(0.3, "attributing by op type and stage")
+    ideal3 = eng.ideal_node[:, None, None]
+    present = sorted({optype_group_of(OPTYPES[o]) for o in np.unique(t.optype)})
+    groups_of_key = {
+        key: [o for o in np.unique(t.optype) if optype_group_of(OPTYPES[o]) == key] for key in present
+    }
+    k_opt = len(present)
+    mask = np.zeros((t.n_nodes, k_opt + pp), dtype=bool)
+    for i, key in enumerate(present):
+        mask[np.isin(t.optype, groups_of_key[key]), i] = True
+    for s in range(pp):
+        mask[t.stage == s, k_opt + s] = True
+    times = eng.simulate_dense(mixed_source(ideal3, eng.orig_dense, mask), k_opt + pp)
+    job_r, step_r = _ratios(times, t_id)
+    by_optype = {key: float(job_r[i]) for i, key in enumerate(present)}
+    stage_keys = [str(s) for s in range(pp)]
+    by_stage = {str(s): float(job_r[k_opt + s]) for s in range(pp)}
+    by_optype_ps = _per_step(steps, present, step_r[:k_opt])
+    by_stage_ps = _per_step(steps, stage_keys, step_r[k_opt:])
+    t_add_stage = times[k_opt:].mean(axis=1)
+
+    tick(0.45, "attributing by DP rank")
+    orig = eng.orig_dense
+    dcol = 2 if dp > 1 else 1
+
+    def dp_src(v: int) -> Array:
+        out = np.full((dp, dcol, ns), eng.ideal_node[v])
+        out[:, 0, :] = orig[v]
+        return out
+
+    times_dp = eng.simulate_dense(dp_src, dp, dp=dcol)
+    job_dp, step_dp = _ratios(times_dp, t_id)
+    dp_keys = [str(d) for d in range(dp)]
+    by_dp = {str(d): float(job_dp[d]) for d in range(dp)}
+    by_dp_ps = _per_step(steps, dp_keys, step_dp)
+
+    # --- per worker: the artifact's estimate, then exact runs
+    tick(0.55, "per-worker slowdowns")
+    ranks = np.full((dp, pp), -1, dtype=np.int64)
+    ranks[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
+    estimate = np.minimum(job_dp[:, None], job_r[k_opt:][None, :])  # (dp, pp)
+    all_workers = [(d, s) for s in range(pp) for d in range(dp)]
+    # the artifact ranks by score, ties to the lower global rank
+    ranked = sorted(all_workers, key=lambda w: (-estimate[w], ranks[w]))
+    exact_set = ranked if exact_top_k is None else ranked[: max(0, exact_top_k)]
+    exact: dict[tuple[int, int], float] = {}
+    if exact_set:
+        ex_times = _worker_runs(eng, exact_set, restore=True)
+        for w, row in zip(exact_set, ex_times.mean(axis=1) / t_id, strict=True):
+            exact[w] = float(row)
+    if exact_top_k is not None and len(exact_set) < len(all_workers):
+        notes.append(
+            f"exact per-worker slowdowns computed for the top {len(exact_set)} of {len(all_workers)} "
+            "workers by estimate"
+        )
+    by_worker = [
+        WorkerSlowdown(
+            dp_rank=d,
+            pp_rank=s,
+            ranks=[int(ranks[d, s])],
+            slowdown=exact.get((d, s)),
+            slowdown_estimate=float(estimate[d, s]),
+        )
+        for d, s in sorted(all_workers, key=lambda w: (-(exact.get(w, -math.inf)), -estimate[w], ranks[w]))
+    ]
+
+    # --- M_W and M_S
+    tick(0.8, "M_W and M_S")
+    n_fix = math.ceil(len(all_workers) * MW_PERCENT / 100)
+    slowest = ranked[:n_fix]
+    t_rem, t_add = _subset_runs(eng, slowest)
+    m_w = _ratio_metric(mean_nd, t_id, t_rem, t_add, [(int(d), int(s)) for d, s in slowest])
+    rem_mask = np.zeros((t.n_nodes, pp), dtype=bool)
+    for s in range(pp):
+        rem_mask[t.stage == s, s] = True
+    rem_times = eng.simulate_dense(mixed_source(eng.orig_dense, ideal3, rem_mask), pp)
+    m_s_by_stage = {
+        str(s): _ratio_metric(
+            mean_nd, t_id, float(rem_times[s].mean()), float(t_add_stage[s]), [(d, s) for d in range(dp)]
+        )
+        for s in range(pp)
+    }
+    m_s = m_s_by_stage[str(pp - 1)]
+
+    decomposed = slowdown >= DECOMPOSE_THRESHOLD
+    if not decomposed:
+        notes.append(
+            f"S = {slowdown:.3f} is below {DECOMPOSE_THRESHOLD}: the artifact would leave the "
+            "attributions empty; they are computed anyway"
+        )
+    wasted = max(0.0, 1.0 - 1.0 / slowdown)
+    tick(1.0, "done")
+    return WhatIfReport(
+        slowdown=slowdown,
+        straggling=slowdown >= STRAGGLING_THRESHOLD,
+        decomposed=decomposed,
+        step_slowdown={str(s): float(x / t_id) for s, x in zip(steps, t_nd, strict=True)},
+        launch_slowdown=launch_slowdown,
+        simulation_error=launch_slowdown - 1.0,
+        step_launch_gap={str(s): float(x) for s, x in zip(steps, gap, strict=True)},
+        attribution=Attribution(
+            by_optype=_sorted(by_optype),
+            by_dp_rank=_sorted(by_dp),
+            by_stage=_sorted(by_stage),
+            by_optype_per_step=by_optype_ps,
+            by_dp_rank_per_step=by_dp_ps,
+            by_stage_per_step=by_stage_ps,
+            by_worker=by_worker,
+            by_worker_exact_top_k=exact_top_k
+            if exact_top_k is not None and len(exact_set) < len(all_workers)
+            else None,
+        ),
+        m_w=m_w,
+        m_s=m_s,
+        m_s_by_stage=m_s_by_stage,
+        wasted_fraction=wasted,
+        step_times=StepTimes(
+            actual={str(s): float(x) for s, x in zip(steps, actual, strict=True)},
+            no_delay={str(s): float(x) for s, x in zip(steps, t_nd, strict=True)},
+            ideal={str(s): t_id for s in steps},
+        ),
+        job=trace.meta,
+        n_ops=len(trace.ops),
+        steps=steps,
+        notes=notes,
+    )
