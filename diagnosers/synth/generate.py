@@ -93,7 +93,8 @@ def _base_arrays(
         fwd = np.array([c.forward for c in prog.computes], dtype=bool)
         mb = np.array([c.mb for c in prog.computes], dtype=np.int64)
         chunk = np.array([c.chunk for c in prog.computes], dtype=np.int64)
-        layer_part = layers[s] / chunks * lf * np.where(fwd, 1.0, cost.bwd_ratio)
+        chunk_layers = _chunk_layers(layers, s, chunks, n)
+        layer_part = chunk_layers[chunk] * lf * np.where(fwd, 1.0, cost.bwd_ratio)
         extra = np.zeros(nc)
         if s == 0 and pp > 1:
             extra += np.where(chunk == 0, np.where(fwd, emb[0], emb[1]), 0.0)
@@ -142,12 +143,35 @@ def _base_arrays(
     )
 
 
+def _chunk_layers(layers: list[int], s: int, chunks: int, n: int) -> Arr:
+    """Layers of each model chunk of stage ``s``.
+
+    Chunks hold ``n / chunks`` layers each; a stage's deviation from ``n`` (the embedding's or the
+    head's layer) sits on the chunk that holds the embedding (first chunk of stage 0) or the head
+    (last chunk of the last stage), so a healthy interleaved job stays balanced chunk by chunk.
+    Other deviations (user partitions) are spread evenly.
+    """
+    out = np.full(chunks, n / chunks)
+    diff = layers[s] - n
+    pp = len(layers)
+    if chunks == 1:
+        out[0] = layers[s]
+    elif s == 0 and pp > 1:
+        out[0] += diff
+    elif s == pp - 1 and pp > 1:
+        out[-1] += diff
+    else:
+        out += diff / chunks
+    return out
+
+
 def _sequence_factors(spec: ScenarioSpec, cost: CostModel, rng: np.random.Generator) -> Arr:
     """Per-(step, dp, microbatch) cost factor of the transformer layers from sequence lengths.
 
     A microbatch packs ``T = magnitude × 1024`` tokens: its longest sequence has a log-normal length
     (median ``seq_median_len``, sigma ``seq_sigma``) capped at T, the rest are median-length ones.
-    Attention is quadratic: factor = (1 - a) + a × Σ len² / (T × seq_ref_len), a = attention share.
+    Attention is quadratic: factor ∝ (1 - a) + a × Σ len² / (T × seq_ref_len), a = attention share,
+    scaled to mean 1 over the job.
     """
     t = spec.magnitude_of(Scenario.SEQUENCE_LENGTH_IMBALANCE) * 1024.0
     shape = (spec.steps, spec.dp, spec.microbatches)
@@ -156,7 +180,9 @@ def _sequence_factors(spec: ScenarioSpec, cost: CostModel, rng: np.random.Genera
     sum_sq = longest**2 + rest * min(cost.seq_median_len, t)
     a = cost.attention_share
     factor: Arr = (1.0 - a) + a * sum_sq / (t * cost.seq_ref_len)
-    return factor
+    # Normalised to mean 1: the job does the same work on average as its healthy twin, so the
+    # generator's own slowdown measures imbalance, not extra tokens.
+    return factor / factor.mean()
 
 
 def _location(spec: ScenarioSpec, workers: list[tuple[int, int]], steps: list[int]) -> Location:
