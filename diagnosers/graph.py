@@ -23,6 +23,11 @@ Edges inside a worker (per stage):
 6. the tail, over the op types present: last compute -> gc -> layernorm all-reduce -> embedding
    all-reduce (first and last stage) -> [reduce-scatters | separate all-reduce] -> clip -> optimizer.
 
+One refinement over the artifact: a no-op record split from a batched P2P record (same start and
+duration as a valid op of the other direction on the same worker) joins that op's group instead of
+being a group of its own, because it waited for that op's peer (``join_batched_noops``; the
+artifact's sample traces have no no-op records, so their results are unchanged).
+
 Groups across workers: P2P pairs ``{X-send_k @ s, X-recv_k @ s+-1}`` by valid index; the embedding
 all-reduce of the first and last stage; one group per DP collective, synchronised across all DP
 ranks; the grad-norm clip across every stage, also DP-synchronised (a global barrier).
@@ -124,7 +129,7 @@ def _chain(edges: list[tuple[int, int]], nodes: list[int], first_after: list[int
         prev = [v]
 
 
-def build_template(trace: Trace) -> Template:
+def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template:
     """Rebuild the dependency graph of ``trace`` (see the module docstring).
 
     Raises ``TraceError`` when steps differ in their ops, P2P records cannot be paired, or the
@@ -210,8 +215,6 @@ def build_template(trace: Trace) -> Template:
     total_gmc = vpp * pp
 
     edges: list[tuple[int, int]] = []
-    groups: list[list[int]] = []
-    dp_sync: list[bool] = []
     valid_p2p: dict[tuple[int, int, int], int] = {}  # (stage, type, valid index) -> node
     no_op_nodes: list[int] = []
     present = set(int(o) for o in np.flatnonzero(ref.sum(axis=0)))
@@ -238,7 +241,7 @@ def build_template(trace: Trace) -> Template:
             if not stream:
                 continue
             _chain(edges, stream)
-            ctype, peer_type, delta = _P2P_INFO[o]
+            ctype, _peer, delta = _P2P_INFO[o]
             cnodes = nodes_of(s, ctype)  # seq order = start order
             if not cnodes:
                 raise TraceError(f"{OPTYPES[o]} ops on a stage without {OPTYPES[ctype]}", **where(s, o))
@@ -352,54 +355,85 @@ def build_template(trace: Trace) -> Template:
             _chain(edges, nodes_of(s, EMB), after_gc)
 
     # --- groups
-    group = np.full(n_nodes, -1, dtype=np.int64)
-
-    def add_group(members: list[int], sync: bool) -> None:
-        gid = len(groups)
-        groups.append(members)
-        dp_sync.append(sync)
-        for m in members:
-            group[m] = gid
-
-    for (s, o, k), v in sorted(valid_p2p.items()):
-        _, peer_type, delta = _P2P_INFO[o]
-        if o not in (FS, BS):
-            continue  # each pair is added once, from its sender
-        ps = (s + delta) % pp
-        peer = valid_p2p.get((ps, peer_type, k))
-        if peer is None:
-            raise TraceError(
-                f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer "
-                f"on stage {ps}",
-                **where(s, o),
+    twins: dict[int, int] = {}
+    if join_batched_noops:
+        # a no-op record split from a batched P2P record shares its start and duration with a valid
+        # op of the other direction on the same worker: it waited for that op's peer, so it ends
+        # with that op's group instead of keeping the wait as its own transfer time
+        valid_nodes = list(valid_p2p.values())
+        for v in no_op_nodes:
+            twin = next(
+                (
+                    u
+                    for u in valid_nodes
+                    if n_stage[u] == n_stage[v]
+                    and n_optype[u] != n_optype[v]
+                    and t_start[u] == t_start[v]
+                    and t_end[u] == t_end[v]
+                ),
+                None,
             )
-        add_group([v, peer], False)
-    for (s, o, k), v in sorted(valid_p2p.items()):
-        if o in (FR, BR) and group[v] < 0:
+            if twin is not None:
+                twins[v] = twin
+
+    def build_groups(join: bool) -> tuple[npt.NDArray[np.int64], list[list[int]], list[bool]]:
+        groups: list[list[int]] = []
+        dp_sync: list[bool] = []
+        group = np.full(n_nodes, -1, dtype=np.int64)
+
+        def add_group(members: list[int], sync: bool) -> None:
+            gid = len(groups)
+            groups.append(members)
+            dp_sync.append(sync)
+            for m in members:
+                group[m] = gid
+
+        for (s, o, k), v in sorted(valid_p2p.items()):
             _, peer_type, delta = _P2P_INFO[o]
-            raise TraceError(
-                f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer on stage "
-                f"{(s + delta) % pp}",
-                **where(s, o),
-            )
-    for v in no_op_nodes:
-        add_group([v], False)
-    for s in range(pp):
-        for o in DP_TYPES:
-            for v in nodes_of(s, o):
-                add_group([v], True)
-    # embedding all-reduce: first and last stage of one replica, one group per seq_id
-    emb_stages = sorted({0, pp - 1})
-    for q in range(int(ref[:, EMB].max()) if ref[:, EMB].any() else 0):
-        members = [m for m in (node(s, EMB, q) for s in emb_stages) if m is not None]
-        if members:
-            add_group(members, False)
-    for s in range(1, pp - 1):
-        for v in nodes_of(s, EMB):
-            add_group([v], False)
-    for q in range(int(ref[:, CLIP].max()) if ref[:, CLIP].any() else 0):
-        members = [m for m in (node(s, CLIP, q) for s in range(pp)) if m is not None]
-        add_group(members, True)
+            if o not in (FS, BS):
+                continue  # each pair is added once, from its sender
+            ps = (s + delta) % pp
+            peer = valid_p2p.get((ps, peer_type, k))
+            if peer is None:
+                raise TraceError(
+                    f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer "
+                    f"on stage {ps}",
+                    **where(s, o),
+                )
+            add_group([v, peer], False)
+        for (s, o, k), v in sorted(valid_p2p.items()):
+            if o in (FR, BR) and group[v] < 0:
+                _, peer_type, delta = _P2P_INFO[o]
+                raise TraceError(
+                    f"{OPTYPES[o]} #{k} (valid index) on stage {s} has no {OPTYPES[peer_type]} peer on stage "
+                    f"{(s + delta) % pp}",
+                    **where(s, o),
+                )
+        for v in no_op_nodes:
+            if join and v in twins:
+                gid = int(group[twins[v]])
+                groups[gid].append(v)
+                group[v] = gid
+            else:
+                add_group([v], False)
+        for s in range(pp):
+            for o in DP_TYPES:
+                for v in nodes_of(s, o):
+                    add_group([v], True)
+        # embedding all-reduce: first and last stage of one replica, one group per seq_id
+        emb_stages = sorted({0, pp - 1})
+        for q in range(int(ref[:, EMB].max()) if ref[:, EMB].any() else 0):
+            members = [m for m in (node(s, EMB, q) for s in emb_stages) if m is not None]
+            if members:
+                add_group(members, False)
+        for s in range(1, pp - 1):
+            for v in nodes_of(s, EMB):
+                add_group([v], False)
+        for q in range(int(ref[:, CLIP].max()) if ref[:, CLIP].any() else 0):
+            members = [m for m in (node(s, CLIP, q) for s in range(pp)) if m is not None]
+            add_group(members, True)
+
+        return group, groups, dp_sync
 
     deps: list[list[int]] = [[] for _ in range(n_nodes)]
     seen: set[tuple[int, int]] = set()
@@ -408,7 +442,24 @@ def build_template(trace: Trace) -> Template:
             seen.add((u, v))
             deps[v].append(u)
 
-    order = _topo_order(n_nodes, deps, group, groups, lambda v: _node_name(n_stage, n_optype, n_seq, v), src)
+    def name_of(v: int) -> str:
+        return _node_name(n_stage, n_optype, n_seq, v)
+
+    group, groups, dp_sync = build_groups(True)
+    try:
+        order = _topo_order(n_nodes, deps, group, groups, name_of, src)
+    except TraceError:
+        if not twins:
+            raise
+        group, groups, dp_sync = build_groups(False)
+        order = _topo_order(n_nodes, deps, group, groups, name_of, src)
+        twins.clear()
+        notes.append("batched no-op P2P records kept as their own groups (joining them made a cycle)")
+    if twins:
+        notes.append(
+            f"{len(twins)} no-op P2P records of the template split from batched records finish with "
+            "their twin's group"
+        )
     has_succ = np.zeros(n_nodes, dtype=bool)
     for v in range(n_nodes):
         for u in deps[v]:
