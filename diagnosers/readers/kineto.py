@@ -97,10 +97,11 @@ class RankFile:
     name: npt.NDArray[np.object_]
     cat: npt.NDArray[np.object_]
     tid: npt.NDArray[np.object_]
-    ts: npt.NDArray[np.float64]  # absolute seconds
+    ts: npt.NDArray[np.float64]  # seconds since ``origin``
     dur: npt.NDArray[np.float64]  # seconds
     args: list[dict[str, Any]]
-    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start s, end s)
+    origin: float = 0.0  # absolute (Unix epoch) seconds of ts == 0
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end) as ts
 
 
 def _rank_from_name(path: Path) -> int | None:
@@ -150,9 +151,14 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
         raise TraceError(f"event with a non-numeric ts/dur: {exc}", file=str(path), rank=rank) from exc
     base_ns = doc.get("baseTimeNanoseconds")
     # Newer traces count ts from baseTimeNanoseconds; older ones hold absolute epoch µs (> 1e14).
+    # Times are kept relative to the file's first event so that durations derived from them
+    # (busy time) keep sub-µs precision; ``origin`` holds the absolute epoch second of that event.
+    first = float(np.nanmin(ts)) if n else 0.0
+    origin = first / 1e6
     if isinstance(base_ns, int | float) and n and float(np.nanmax(ts)) < 1e14:
-        ts = ts + float(base_ns) / 1e3
-    rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, ts / 1e6, dur / 1e6, args)
+        origin = float(base_ns) / 1e9 + first / 1e6
+    rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, (ts - first) / 1e6, dur / 1e6, args,
+                  origin=origin)
     seen: dict[int, tuple[float, float]] = {}
     for j in np.flatnonzero(cat == "user_annotation"):
         m = STEP_RE.fullmatch(str(name[j]).strip())
@@ -568,7 +574,7 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             cols["rank"].append(f.rank)
             cols["step"].append(s)
             cols["optype"].append(nm)
-            cols["start_ts"].append(st)
+            cols["start_ts"].append(st + f.origin)
             cols["duration"].append(du)
     columns: dict[str, Any] = {
         "dp_rank": np.asarray(cols["dp_rank"], dtype=np.int64),

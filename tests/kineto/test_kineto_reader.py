@@ -72,8 +72,13 @@ def test_dlrm_report_orders_workers_by_measured_compute() -> None:
     assert len(workers) == 8
     measured = np.array([_kernel_compute_ms(f) for f in sorted(DLRM.glob("worker*.json.gz"))])
     slow = np.array([w.slowdown if w.slowdown is not None else w.slowdown_estimate for w in workers])
-    # the worker the report blames most has the most compute, the least-blamed the least
-    assert int(np.argmax(slow)) == int(np.argmax(measured))
+    # Ranks 1 and 3 compute ~10% more than the rest: they are the two workers the report blames,
+    # then rank 4; below that compute differs by < 3% and the restored transfer times of each
+    # worker's collectives reorder it a little, so the overall rank correlation is checked.
+    order_slow = np.argsort(-slow)
+    order_measured = np.argsort(-measured)
+    assert set(order_slow[:2].tolist()) == set(order_measured[:2].tolist()) == {1, 3}
+    assert order_slow[2] == order_measured[2] == 4
     rs = np.argsort(np.argsort(slow))
     rm = np.argsort(np.argsort(measured))
     assert np.corrcoef(rs, rm)[0, 1] > 0.7
