@@ -37,7 +37,7 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _read_yaml(path: Path) -> Any:
     try:
         with path.open(encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_Loader)  # noqa: S506 - a safe loader
+            return yaml.load(fh, Loader=_Loader)  # a safe loader (CSafeLoader or SafeLoader)
     except yaml.YAMLError as exc:
         raise CaseFileError(f"invalid YAML: {exc}", file=str(path)) from exc
 
@@ -126,7 +126,9 @@ class Library:
         for path in sorted(cases_path.glob("IL-*.yaml")):
             case = parse_case(_read_yaml(path), file=str(path))
             if case.id != path.stem:
-                raise CaseFileError(f"file name says {path.stem} but the case id is {case.id}", file=str(path))
+                raise CaseFileError(
+                    f"file name says {path.stem} but the case id is {case.id}", file=str(path)
+                )
             cases.append(case)
         if not cases:
             raise CaseFileError("no IL-*.yaml case files found", file=str(cases_path))

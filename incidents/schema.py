@@ -82,7 +82,7 @@ class Source(_Strict):
 
     url: str
     type: SourceType
-    archived: str | None = Field(None, description="URL of an archived copy, when one exists")
+    archived: str | None = Field(default=None, description="URL of an archived copy, when one exists")
 
     @field_validator("url", "archived")
     @classmethod
@@ -101,8 +101,8 @@ class Impact(_Strict):
     region: str | None = None
     time_to_detect: str | None = None
     time_to_recover: str | None = None
-    scale_gpus: int | None = Field(None, ge=1, description="GPUs (or accelerators) in the job or fleet")
-    slowdown_pct: float | None = Field(None, ge=0, description="headline slowdown or loss, percent")
+    scale_gpus: int | None = Field(default=None, ge=1, description="GPUs or accelerators involved")
+    slowdown_pct: float | None = Field(default=None, ge=0, description="headline slowdown or loss, percent")
 
 
 class Mitigation(_Strict):
