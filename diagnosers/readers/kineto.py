@@ -20,7 +20,8 @@ What it reads (see ``docs/PROFILER-TRACES.md`` and the Kineto research notes):
      compute of a phase is the busy time (union of intervals) of the non-communication GPU kernels
      launched in it, or of the CPU ops when the trace has no kernels. Collectives (NCCL kernels of
      both naming eras; else ``gloo:*`` / ``nccl:*`` CPU annotations) become DP-synced ops:
-     ``params-all-gather`` when issued in the forward phase, ``grads-reduce-scatter`` otherwise.
+     ``params-all-gather`` when issued in the forward phase, ``grads-reduce-scatter`` otherwise
+     (also when a step shows no backward at all, e.g. a trace of NCCL kernels only).
 
 Everything then goes through :func:`diagnosers.readers.normalize.normalize`.
 """
@@ -31,7 +32,7 @@ import gzip
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ class RankFile:
     dur: npt.NDArray[np.float64]  # seconds
     args: list[dict[str, Any]]
     origin: float = 0.0  # absolute (Unix epoch) seconds of ts == 0
+    name_codes: tuple[npt.NDArray[np.str_], npt.NDArray[np.intp]] | None = None  # np.unique cache
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end) as ts
 
 
@@ -369,19 +371,27 @@ def _busy(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> flo
     return float(np.sum(bend - bstart))
 
 
+def _name_mask(f: RankFile, pred: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+    """``pred`` over event names, evaluated once per distinct name (traces repeat a few names)."""
+    if f.name_codes is None:
+        uniq, inv = np.unique(f.name.astype(str), return_inverse=True)
+        f.name_codes = (uniq, inv.reshape(-1))
+    uniq, inv = f.name_codes
+    return np.fromiter((pred(str(u)) for u in uniq), dtype=bool, count=len(uniq))[inv]
+
+
 def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
     """Forward / backward / optimizer compute and DP-synced collectives of a trace without timer names."""
     out = RawOps()
-    name, cat = f.name, f.cat
+    cat = f.cat
     ids = _step_ids(f)
     n_steps = len(ids)
     # --- phase boundaries per step, from CPU-side evidence
     ann = np.isin(cat, ["user_annotation", "cpu_op"])
-    bwd_mask = ann & np.array(
-        [bool(BACKWARD_ANNOTATION_RE.search(str(x))) or str(x).startswith(AUTOGRAD_PREFIX) for x in name],
-        dtype=bool,
+    bwd_mask = ann & _name_mask(
+        f, lambda x: bool(BACKWARD_ANNOTATION_RE.search(x)) or x.startswith(AUTOGRAD_PREFIX)
     )
-    opt_mask = ann & np.array([bool(OPTIMIZER_ANNOTATION_RE.search(str(x))) for x in name], dtype=bool)
+    opt_mask = ann & _name_mask(f, lambda x: bool(OPTIMIZER_ANNOTATION_RE.search(x)))
     b0 = np.full(n_steps, np.inf)
     o0 = np.full(n_steps, np.inf)
     for mask, arr in ((bwd_mask, b0), (opt_mask, o0)):
@@ -389,8 +399,12 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
         st = _step_of(f, f.ts[idx], extend=False)
         ok = st >= 0
         np.minimum.at(arr, st[ok], f.ts[idx][ok])
-    if not np.isfinite(b0).any():
-        notes.add("no backward annotation or autograd op found: all compute is read as forward-compute")
+    has_bwd = np.isfinite(b0)
+    if not has_bwd.all():
+        notes.add(
+            "no backward annotation or autograd op in some steps: their compute is read as "
+            "forward-compute and their collectives as grads-reduce-scatter"
+        )
 
     def phase(step_idx: npt.NDArray[np.int64], t: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         p = np.zeros(len(t), dtype=np.int64)
@@ -399,7 +413,7 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
         return p
 
     kernel = cat == "kernel"
-    comm_kernel = kernel & np.array([bool(COMM_KERNEL_RE.search(str(x))) for x in name], dtype=bool)
+    comm_kernel = kernel & _name_mask(f, lambda x: bool(COMM_KERNEL_RE.search(x)))
     use_gpu = bool(kernel.any())
     if use_gpu:
         # Launch time of each kernel: the CPU runtime call with the same correlation id.
@@ -424,15 +438,13 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
         )
     else:
         cpu = cat == "cpu_op"
-        noncomp = np.array([str(x).startswith(NON_COMPUTE_CPU_PREFIXES) for x in name], dtype=bool)
+        noncomp = _name_mask(f, lambda x: x.startswith(NON_COMPUTE_CPU_PREFIXES))
         comp_idx = np.flatnonzero(cpu & ~noncomp)
         comp_step = _step_of(f, f.ts[comp_idx], extend=False)
         ok = comp_step >= 0
         comp_idx, comp_step = comp_idx[ok], comp_step[ok]
         comp_phase = phase(comp_step, f.ts[comp_idx])
-        collm = (cat == "user_annotation") & np.array(
-            [str(x).startswith(COMM_CPU_PREFIXES) for x in name], dtype=bool
-        )
+        collm = (cat == "user_annotation") & _name_mask(f, lambda x: x.startswith(COMM_CPU_PREFIXES))
         coll_idx = np.flatnonzero(collm)
         coll_step = _step_of(f, f.ts[coll_idx], extend=False)
         ok = coll_step >= 0
@@ -459,7 +471,8 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
             prev_end = start + busy
         sel_c = (coll_step == si)
         for i, ph in zip(coll_idx[sel_c], coll_phase[sel_c], strict=True):
-            slot = "params-all-gather" if ph == _FWD else "grads-reduce-scatter"
+            # without phase evidence a collective is most likely the gradient all-reduce
+            slot = "params-all-gather" if ph == _FWD and has_bwd[si] else "grads-reduce-scatter"
             out.add(ids[si], slot, float(f.ts[i]), float(f.dur[i]))
     return out
 
@@ -494,8 +507,8 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             raise TraceError(
                 f"the job has world size {layout.world_size} ({want} DP x PP workers) but only "
                 f"{len(present)} rank file(s) were given (ranks {_ranges(present)}); a what-if analysis "
-                "needs one trace per worker (pass every rank's file, or set --dp/--pp to the traced "
-                "subset)"
+                "needs one trace per DP x PP worker: pass every rank's file (or read the subset as a "
+                "smaller job with ReadOptions(extra={'partial': True}))"
             )
         # Analyse the traced subset as a smaller pure-DP job.
         notes.append(

@@ -237,3 +237,50 @@ def test_plain_cpu_dp_trace_maps_phases_and_gloo_collectives(tmp_path: Path) -> 
     assert dur(0, "backward-compute") == pytest.approx(1500e-6)
     assert dur(0, "optimizer") == pytest.approx(300e-6)
     assert dur(0, "grads-reduce-scatter") == pytest.approx(1200e-6)
+
+
+def _gpu_rank(rank: int, compute_us: float) -> dict[str, object]:
+    """A GPU trace with only kernels (new-era NCCL names) between two ProfilerStep markers."""
+    ev: list[dict[str, object]] = []
+    corr = 0
+    for step in (3, 4):
+        t0 = 1_000_000.0 * step
+        ev.append(span(f"ProfilerStep#{step}", t0, 900_000.0))
+        t = t0 + 100.0
+        for kname, dur in (("sm80_xmma_gemm_f16f16", compute_us), ("elementwise_kernel", 50.0),
+                           ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                            400.0)):
+            corr += 1
+            ev.append(span("cudaLaunchKernel", t, 5.0, cat="cuda_runtime", args={"correlation": corr}))
+            ev.append(span(kname, t + 20.0, dur, cat="kernel", tid=7, args={"correlation": corr}))
+            t += dur + 30.0
+    return doc(ev, rank=rank, world=2, base_ns=1_700_000_000_000_000_000)
+
+
+def test_kernels_only_trace_maps_compute_and_collectives(tmp_path: Path) -> None:
+    paths = [write(tmp_path / f"rank{r}.json.gz", _gpu_rank(r, 1000.0 + 500.0 * r)) for r in range(2)]
+    trace = load_trace(paths)
+    assert trace.steps == [3, 4]
+    names = trace.ops.optype_names()
+    assert any("NCCL kernels only" in n or "no backward" in n for n in trace.notes)
+    fwd = trace.ops.duration[(names == "forward-compute") & (trace.ops.rank == 1)]
+    assert np.allclose(fwd, 1550e-6)
+    grs = (names == "grads-reduce-scatter") & (trace.ops.rank == 0)
+    assert grs.sum() == 2 and np.allclose(trace.ops.duration[grs], 400e-6)
+    assert not (names == "params-all-gather").any()
+
+
+def test_gpu_user_annotations_are_preferred_for_named_spans(tmp_path: Path) -> None:
+    paths = []
+    for r in range(2):
+        ev = named_step(1, 1_000.0)  # CPU-side spans
+        for e in named_step(1, 1_500.0, fwd=4000.0):  # GPU-side copies, later and longer
+            if e["name"] != "ProfilerStep#1":
+                e["cat"] = "gpu_user_annotation"
+                ev.append(e)
+        paths.append(write(tmp_path / f"rank{r}.json", doc(ev, rank=r, world=2,
+                                                           base_ns=1_700_000_000_000_000_000)))
+    trace = load_trace(paths)
+    names = trace.ops.optype_names()
+    assert np.allclose(trace.ops.duration[names == "forward-compute"], 4000e-6)
+    assert any("gpu_user_annotation" in n for n in trace.notes)
