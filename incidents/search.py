@@ -8,6 +8,7 @@ raise ``InvalidFilterError`` (``ValueError``); an empty result carries a ``messa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,14 @@ class IncidentResults(BaseModel):
     results: list[IncidentHit]
     next_offset: int | None
     message: str | None = Field(default=None, description="set when nothing matched, saying why")
+
+    def __iter__(self) -> Iterator[IncidentHit]:  # type: ignore[override]
+        """Iterate over this page's hits, so callers that expect a list of matches (the diagnosis
+        engine's ``similar`` hook) can use the result directly."""
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
 
     def contract(self) -> dict[str, Any]:
         """The CLI's public JSON shape: total, results (id, title, score, category, causes, tags,
