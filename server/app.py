@@ -57,6 +57,7 @@ def features() -> dict[str, bool]:
         "diagnose": has("diagnosers.diagnose"),
         "heatmap": has("diagnosers.render"),
         "incidents": has("incidents.search") and has("incidents.library"),
+        "similar": has("incidents.similar"),
     }
 
 

@@ -72,27 +72,40 @@ def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
 
 
 class ProgressRelay:
-    """Forward progress from a worker thread to the client, keeping values strictly increasing."""
+    """Forward progress to the client as ``(fraction, 1.0, message)``, strictly increasing.
+
+    Called from the worker thread running an analysis (``__call__``, the engine's
+    ``progress(fraction, message)`` signature) or from the event loop (``step``). Progress is
+    advisory: a client that went away never fails the analysis.
+    """
 
     def __init__(self, ctx: Context[Any] | None):
         self.ctx = ctx
         self.last = -1.0
 
-    def __call__(self, done: float, total: float | None = None, message: str = "") -> None:
-        if self.ctx is None or done <= self.last:
+    def _fresh(self, fraction: float) -> bool:
+        if self.ctx is None or fraction <= self.last:
+            return False
+        self.last = fraction
+        return True
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        if not self._fresh(fraction):
             return
-        self.last = done
-        ctx = self.ctx
+        assert self.ctx is not None
         try:
-            anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message or None))
-        except Exception:  # a client that went away must not fail the analysis
+            anyio.from_thread.run(functools.partial(self.ctx.report_progress, fraction, 1.0, message or None))
+        except Exception:
             self.ctx = None
 
-    async def step(self, done: float, total: float | None, message: str) -> None:
-        if self.ctx is None or done <= self.last:
+    async def step(self, fraction: float, message: str) -> None:
+        if not self._fresh(fraction):
             return
-        self.last = done
-        await self.ctx.report_progress(done, total, message)
+        assert self.ctx is not None
+        try:
+            await self.ctx.report_progress(fraction, 1.0, message)
+        except Exception:
+            self.ctx = None
 
 
 def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:

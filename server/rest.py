@@ -140,6 +140,72 @@ async def get_heatmap_png(request: Request) -> Response:
     return Response(png, media_type="image/png")
 
 
+# -- incidents (mirrors the IL-0417 API) ----------------------------------------------------------
+
+CASE_FILTERS = ("category", "cause", "tag", "topic", "org")
+
+
+def library_of(request: Request) -> Any:
+    lib = lens_of(request).library
+    if lib is None:
+        raise ApiError(503, "no_library", "the incident library is not installed on this server")
+    return lib
+
+
+async def list_cases(request: Request) -> Response:
+    from server.incident_glue import search_or_list
+
+    lib = library_of(request)
+    limit, offset = page(request, default_limit=10)
+    filters: dict[str, Any] = {k: request.query_params.get(k) or None for k in CASE_FILTERS}
+    filters["year_from"] = int_param(request, "year_from", None, 1990, 2100)
+    filters["year_to"] = int_param(request, "year_to", None, 1990, 2100)
+    q = request.query_params.get("q")
+    result = await anyio.to_thread.run_sync(search_or_list, lib, q, filters, limit, offset)
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def get_case(request: Request) -> Response:
+    from incidents.search import get_incident
+    from server.incident_glue import call
+
+    lib = library_of(request)
+    case = await anyio.to_thread.run_sync(
+        lambda: call(get_incident, request.path_params["case_id"], library=lib)
+    )
+    return JSONResponse(case.model_dump(mode="json"))
+
+
+async def similar_cases(request: Request) -> Response:
+    from server.incident_glue import similar
+
+    lens = lens_of(request)
+    library_of(request)
+    limit = int_param(request, "limit", 5, 1, 20) or 5
+    result = await anyio.to_thread.run_sync(
+        lambda: similar(lens, case_id=request.path_params["case_id"], trace_id=None, text=None, limit=limit)
+    )
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def get_topic(request: Request) -> Response:
+    from incidents.search import get_topic as topic_of
+    from server.incident_glue import call
+
+    lib = library_of(request)
+    topic = await anyio.to_thread.run_sync(lambda: call(topic_of, request.path_params["name"], library=lib))
+    return JSONResponse(topic.model_dump(mode="json"))
+
+
+async def get_vocab(request: Request) -> Response:
+    from incidents.search import vocab
+    from server.incident_glue import call
+
+    lib = library_of(request)
+    result = await anyio.to_thread.run_sync(lambda: call(vocab, library=lib))
+    return JSONResponse(result.model_dump(mode="json"))
+
+
 async def openapi(request: Request) -> Response:
     from server.openapi import build_openapi
 
@@ -156,4 +222,9 @@ def routes() -> list[BaseRoute]:
         Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
         Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
         Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),
+        Route("/api/cases", list_cases, methods=["GET"]),
+        Route("/api/cases/{case_id}", get_case, methods=["GET"]),
+        Route("/api/cases/{case_id}/similar", similar_cases, methods=["GET"]),
+        Route("/api/topics/{name}", get_topic, methods=["GET"]),
+        Route("/api/vocab", get_vocab, methods=["GET"]),
     ]

@@ -24,8 +24,21 @@ from server.models import TraceInfo, TraceSummary, UploadResult, summarize
 from server.settings import Settings
 from server.store import Store, TraceRecord
 
-# progress(done, total, message): called from the worker thread doing the analysis.
-Progress = Callable[[float, float | None, str], None]
+# progress(fraction in [0, 1], message): called from the worker thread doing the analysis.
+Progress = Callable[[float, str], None]
+
+
+def scaled(progress: Progress | None, lo: float, hi: float) -> Progress | None:
+    """Map a sub-task's fractions [0, 1] onto [lo, hi] of the caller's progress."""
+    if progress is None:
+        return None
+    outer = progress
+
+    def inner(fraction: float, message: str) -> None:
+        outer(lo + (hi - lo) * fraction, message)
+
+    return inner
+
 
 READ_KEYS = ("format", "dp", "pp", "tp", "cp")
 
@@ -53,6 +66,7 @@ class Lens:
         self.store = store
         self.library = library
         self._traces: OrderedDict[str, Trace] = OrderedDict()
+        self._engines: OrderedDict[str, Any] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._locks_lock = threading.Lock()
@@ -152,6 +166,28 @@ class Lens:
             self._remember(rec.id, trace)
             return trace
 
+    def engine(self, rec: TraceRecord) -> Any:
+        """The what-if engine of a trace (``diagnosers.whatif.build_engine``), kept beside the trace."""
+        from diagnosers.whatif import build_engine
+
+        with self._cache_lock:
+            if rec.id in self._engines:
+                self._engines.move_to_end(rec.id)
+                return self._engines[rec.id]
+        with self._lock_for("engine", rec.id):
+            with self._cache_lock:
+                if rec.id in self._engines:
+                    return self._engines[rec.id]
+            try:
+                eng = build_engine(self.trace(rec))
+            except TraceError as exc:
+                raise trace_error(exc) from exc
+            with self._cache_lock:
+                self._engines[rec.id] = eng
+                while len(self._engines) > self.settings.trace_cache_size:
+                    self._engines.popitem(last=False)
+            return eng
+
     # -- analyses ------------------------------------------------------------------------------
 
     def _cached(self, trace_id: str, kind: str, key: str, compute: Callable[[], str]) -> str:
@@ -167,16 +203,15 @@ class Lens:
 
     def whatif(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The standard what-if report (``diagnosers.whatif.analyze``), cached."""
-        from diagnosers.whatif import analyze
-
         from diagnosers.report import WhatIfReport
+        from diagnosers.whatif import analyze
 
         rec = self.record(trace_id)
 
         def compute() -> str:
             trace = self.trace(rec)
             try:
-                report = analyze(trace, progress=_adapt(progress))
+                report = analyze(trace, progress=progress, engine=self.engine(rec))
             except TraceError as exc:
                 raise trace_error(exc) from exc
             return str(report.model_dump_json())
@@ -191,15 +226,15 @@ class Lens:
         key = json.dumps(selector, sort_keys=True)
 
         def compute() -> str:
-            trace = self.trace(rec)
             try:
-                result = run_scenario(trace, **selector)
+                result = run_scenario(self.engine(rec), **selector)
             except (TraceError, ValueError) as exc:
                 raise ApiError(400, "bad_scenario", str(exc)) from exc
             return str(result.model_dump_json())
 
-        body = self._cached(rec.id, "scenario", key, compute)
-        return json.loads(body)
+        from diagnosers.report import ScenarioResult
+
+        return ScenarioResult.model_validate_json(self._cached(rec.id, "scenario", key, compute))
 
     def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""
@@ -208,10 +243,16 @@ class Lens:
         rec = self.record(trace_id)
 
         def compute() -> str:
-            report = self.whatif(trace_id, progress)
+            report = self.whatif(trace_id, scaled(progress, 0.0, 0.6))
             trace = self.trace(rec)
             try:
-                result = diagnose(trace, report=report)
+                result = diagnose(
+                    trace,
+                    report=report,
+                    engine=self.engine(rec),
+                    similar=self.similar_fn(),
+                    progress=scaled(progress, 0.6, 1.0),
+                )
             except TraceError as exc:
                 raise trace_error(exc) from exc
             return str(result.model_dump_json())
@@ -244,11 +285,23 @@ class Lens:
         body = self._cached(trace_id, "heatmap_png", key, lambda: base64.b64encode(render_png(hm)).decode())
         return base64.b64decode(body), hm, render_grid(hm)
 
+    def similar_fn(self) -> Callable[..., Any] | None:
+        """``similar(signatures=, limit=)`` over the incident library, or None without one."""
+        if self.library is None:
+            return None
+        try:
+            from incidents.similar import similar_incidents
+        except ModuleNotFoundError:
+            return None
+        library = self.library
+
+        def similar(**kw: Any) -> Any:
+            # the diagnosis iterates hits with id, title, score, reasons
+            return similar_incidents(library=library, **kw).results
+
+        return similar
+
     def incident_count(self) -> int | None:
         if self.library is None:
             return None
         return len(self.library)
-
-
-def _adapt(progress: Progress | None) -> Any:
-    return progress

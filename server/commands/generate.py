@@ -26,21 +26,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--steps", type=int, default=4, help="traced steps (default 4)")
     p.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe"], default="1f1b")
     p.add_argument(
-        "--scenario", default="none",
+        "--scenario",
+        default="none",
         help="comma-separated: none, stage-imbalance, stage-imbalance-first, sequence-length-imbalance, "
         "gc-pause, faulty-machine, slow-communication, dataloader-stall",
     )
-    p.add_argument("--magnitude", type=float, default=None,
-                   help="strength of the injected cause(s); see docs/GENERATOR.md for each meaning")
+    p.add_argument(
+        "--magnitude",
+        type=float,
+        default=None,
+        help="strength of the injected cause(s); see docs/GENERATOR.md for each meaning",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--host", type=int, default=None,
-                   help="faulty-machine / slow-communication on every traced GPU of this host")
-    p.add_argument("--worker", default=None, metavar="DP,PP",
-                   help="faulty-machine / slow-communication on this worker (default: random by seed)")
+    p.add_argument(
+        "--host",
+        type=int,
+        default=None,
+        help="faulty-machine / slow-communication on every traced GPU of this host",
+    )
+    p.add_argument(
+        "--worker",
+        default=None,
+        metavar="DP,PP",
+        help="faulty-machine / slow-communication on this worker (default: random by seed)",
+    )
     p.add_argument("--gc-growing", action="store_true", help="gc pauses grow over the traced steps")
     p.add_argument("--gpus-per-host", type=int, default=8)
-    p.add_argument("--format", choices=["parquet", "native"], default="parquet",
-                   help="'native' also writes trace.jsonl (native JSON Lines)")
+    p.add_argument(
+        "--format",
+        choices=["parquet", "native"],
+        default="parquet",
+        help="'native' also writes trace.jsonl (native JSON Lines)",
+    )
     p.add_argument("-o", "--out", required=True, help="output directory")
     p.set_defaults(func=handle)
 
@@ -63,10 +80,21 @@ def handle(args: argparse.Namespace) -> int:
         worker = (d, s)
     try:
         spec = ScenarioSpec(
-            dp=args.dp, pp=args.pp, tp=args.tp, cp=args.cp, vpp=args.vpp,
-            microbatches=args.microbatches, steps=args.steps, schedule=args.schedule,
-            scenarios=args.scenario, magnitude=args.magnitude, seed=args.seed, host=args.host,
-            worker=worker, gc_growing=args.gc_growing, gpus_per_host=args.gpus_per_host,
+            dp=args.dp,
+            pp=args.pp,
+            tp=args.tp,
+            cp=args.cp,
+            vpp=args.vpp,
+            microbatches=args.microbatches,
+            steps=args.steps,
+            schedule=args.schedule,
+            scenarios=args.scenario,
+            magnitude=args.magnitude,
+            seed=args.seed,
+            host=args.host,
+            worker=worker,
+            gc_growing=args.gc_growing,
+            gpus_per_host=args.gpus_per_host,
         )
     except ValidationError as exc:
         problems = "; ".join(
