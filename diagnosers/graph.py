@@ -568,3 +568,50 @@ def stage_nodes(t: Template) -> dict[int, npt.NDArray[np.int64]]:
     for v in range(t.n_nodes):
         out[int(t.stage[v])].append(v)
     return {s: np.asarray(v, dtype=np.int64) for s, v in out.items()}
+
+
+def template_from_graph(
+    deps: list[list[int]],
+    groups: list[list[int]],
+    dp_sync: list[bool],
+    *,
+    dp: int = 1,
+    n_steps: int = 1,
+    pp: int = 1,
+) -> Template:
+    """A template from an explicit graph (tests, custom models): nodes ``0..len(deps)-1``, all on
+    stage 0 and typed ``forward-compute``; row maps enumerate every (node, dp, step) cell in C order.
+    Raises ``TraceError`` on a cycle among super-nodes."""
+    n = len(deps)
+    group = np.full(n, -1, dtype=np.int64)
+    for g, members in enumerate(groups):
+        for m in members:
+            if group[m] >= 0:
+                raise ValueError(f"node {m} is in two groups")
+            group[m] = g
+    nodes = np.arange(n, dtype=np.int64)
+    order = _topo_order(n, deps, group, groups, lambda v: f"node{v}", None)
+    has_succ = np.zeros(n, dtype=bool)
+    for v in range(n):
+        for u in deps[v]:
+            has_succ[u] = True
+    cells = np.indices((n, dp, n_steps)).reshape(3, -1).astype(np.int64)
+    return Template(
+        n_nodes=n,
+        stage=np.zeros(n, dtype=np.int64),
+        optype=np.full(n, FWD, dtype=np.int64),
+        seq=nodes,
+        deps=[list(d) for d in deps],
+        group=group,
+        groups=[list(g) for g in groups],
+        group_dp_sync=list(dp_sync),
+        order=order,
+        sinks=np.flatnonzero(~has_succ),
+        node_of_row=cells[0],
+        dp_of_row=cells[1],
+        step_of_row=cells[2],
+        steps=list(range(n_steps)),
+        dp=dp,
+        pp=pp,
+        vpp=1,
+    )
