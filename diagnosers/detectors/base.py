@@ -127,6 +127,8 @@ class TraceStats:
     step_time: npt.NDArray[np.float64]  # (S,) measured step time
     launch_idle: npt.NDArray[np.float64]  # (S, dp, pp) idle seconds before the first forward
     fwd_bwd_corr: dict[int, float]  # stage -> correlation of per-microbatch fwd and bwd durations
+    fwd_bwd_corr_within: dict[int, float]  # the same, each normalised by its own worker-step median
+    optimizer: npt.NDArray[np.float64]  # (S, dp, pp) optimizer seconds per step
     fwd_excess: npt.NDArray[np.float64]  # per forward op: excess seconds not mirrored by its backward
     fwd_excess_z: npt.NDArray[np.float64]  # per forward op: robust z-score of that excess
     fwd_index: npt.NDArray[np.int64]  # op-table rows of those forward ops
@@ -197,15 +199,20 @@ def confidence(share: float, fit: float) -> float:
 
 
 def stage_groups(
-    stats: TraceStats, mask: npt.NDArray[np.bool_], keys: npt.NDArray[np.int64]
+    stats: TraceStats,
+    mask: npt.NDArray[np.bool_],
+    keys: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """Per op: the mean of ``stats.transfer`` over the ops sharing its key (only masked ops used)."""
-    out = stats.transfer.copy()
+    """Per op: the mean of ``values`` (default ``stats.transfer``) over the masked ops sharing its
+    key; unmasked ops keep their value."""
+    vals = stats.transfer if values is None else values
+    out = vals.copy()
     if not mask.any():
         return out
     k = keys[mask]
     uniq, inv = np.unique(k, return_inverse=True)
-    sums = np.bincount(inv, weights=stats.transfer[mask], minlength=len(uniq))
+    sums = np.bincount(inv, weights=vals[mask], minlength=len(uniq))
     counts = np.bincount(inv, minlength=len(uniq))
     out[mask] = (sums / np.maximum(counts, 1))[inv]
     return out
@@ -213,3 +220,21 @@ def stage_groups(
 
 def rounded(x: float, nd: int = 4) -> float:
     return round(float(x), nd)
+
+
+def host_cluster(stats: TraceStats, cells: Iterable[tuple[int, int]]) -> list[int] | None:
+    """The hosts whose traced workers are exactly ``cells``, or None.
+
+    A cluster needs every traced worker of those hosts in ``cells`` and nothing else, at least two
+    hosts in the job, and at most a quarter of them (a fault is local; half the job is not).
+    """
+    cl = {(int(d), int(p)) for d, p in cells}
+    if not cl:
+        return None
+    hosts = stats.host_of
+    n_hosts = len(np.unique(hosts[hosts >= 0]))
+    hs = sorted({int(hosts[d, p]) for d, p in cl})
+    if n_hosts < 2 or len(hs) > max(1, n_hosts // 4):
+        return None
+    members = {(int(d), int(p)) for d, p in zip(*np.nonzero(np.isin(hosts, hs)), strict=True)}
+    return hs if members == cl else None

@@ -1,13 +1,16 @@
 """Faulty machine: one GPU, or the GPUs of one host, persistently slow (METHOD.md A6).
 
 Evidence, all of which must hold:
-- one or a few hot cells in the per-worker slowdown matrix (S_w), not a whole PP row: cells whose
-  excess ``S_w - 1`` is at least half the hottest cell's, at most a quarter of the workers;
+- hot cells in the per-worker slowdown matrix (S_w): cells whose excess ``S_w - 1`` is at least
+  half the hottest cell's; either one or a few cells (at most a quarter of the workers, never a
+  whole PP row), or exactly the traced workers of one host (``rank // gpus_per_host``; at most a
+  quarter of the hosts), which may fill PP rows;
 - persistence: in at least 3/4 of the steps, each hot cell's compute exceeds its stage peers'
   median by at least half its own typical excess (uniform noise moves from step to step);
-- what-if: idealising only the hot workers (or, for a host candidate, every traced worker of that
-  host, ``rank // gpus_per_host``) removes at least ``MIN_SHARE`` of the slowdown. M_W (top 3%)
-  is reported as evidence; it can miss a host whose workers outnumber 3% of a small job.
+- all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
+- what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
+  slowdown (the host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a
+  host has in small jobs, and is reported as evidence).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from diagnosers.detectors.base import (
     TraceStats,
     categories_for,
     confidence,
+    host_cluster,
     rounded,
 )
 from diagnosers.detectors.registry import register
+from diagnosers.detectors.stats import BWD, FWD, OPT
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -42,84 +47,132 @@ def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
     return sorted(cells, key=lambda c: -excess[c[1], c[0]])
 
 
-def persistence(stats: TraceStats, cells: list[tuple[int, int]]) -> tuple[float, float]:
-    """(fraction of steps in which every hot cell is slow vs its stage peers, mean peer ratio).
-
-    With a single DP rank there are no peers; the cell is compared with the median of all workers.
-    """
-    comp = stats.compute  # (S, dp, pp)
-    if stats.dp >= 2:
-        ref = np.median(comp, axis=1)  # (S, pp)
-    else:
-        ref = np.repeat(np.median(comp.reshape(len(comp), -1), axis=1)[:, None], stats.pp, axis=1)
-    ok = np.ones(len(comp), dtype=bool)
-    ratios = []
+def peer_reference(values: np.ndarray, cells: list[tuple[int, int]]) -> np.ndarray:
+    """(S, pp) reference per step and stage: the median of ``values`` (S, dp, pp) over the workers of
+    that stage outside ``cells``; over every worker outside ``cells`` when the whole stage is in it."""
+    n_s, dp, pp = values.shape
+    inside = np.zeros((dp, pp), dtype=bool)
     for d, p in cells:
-        x = comp[:, d, p] - ref[:, p]
-        typical = float(np.median(x))
-        if typical <= 0:
-            return 0.0, 1.0
-        ok &= x >= 0.5 * typical
-        ratios.append(float(np.mean(comp[:, d, p] / np.maximum(ref[:, p], 1e-12))))
-    return float(ok.mean()), float(np.mean(ratios))
+        inside[d, p] = True
+    out = np.empty((n_s, pp))
+    everyone_else = values[:, ~inside] if (~inside).any() else values.reshape(n_s, -1)
+    fallback = np.median(everyone_else, axis=1)
+    for p in range(pp):
+        peers = ~inside[:, p]
+        out[:, p] = np.median(values[:, peers, p], axis=1) if peers.any() else fallback
+    return out
+
+
+def compute_ratios(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
+    """(S, len(cells)): each cell's per-step compute over its peers' (``peer_reference``)."""
+    ref = peer_reference(stats.compute, cells)
+    cols = [stats.compute[:, d, p] / np.maximum(ref[:, p], 1e-12) for d, p in cells]
+    return np.stack(cols, axis=1) if cols else np.zeros((stats.n_steps, 0))
+
+
+def slow_cells(stats: TraceStats, cells: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The candidate cells whose own compute is slow: typical ratio to peers at least half the
+    slowest cell's excess. A cell hot in S_w only because it waits on a slow neighbour drops out."""
+    if not cells:
+        return []
+    med = np.median(compute_ratios(stats, cells), axis=0) - 1.0
+    top = float(med.max())
+    if top <= 0:
+        return []
+    return [c for c, m in zip(cells, med, strict=True) if m >= 0.5 * top]
+
+
+def persistence(stats: TraceStats, cells: list[tuple[int, int]]) -> tuple[float, float]:
+    """(fraction of steps in which every cell's compute excess over its peers is at least half its
+    typical excess, mean compute ratio to peers). Uniform noise moves from step to step."""
+    r = compute_ratios(stats, cells)
+    if r.size == 0:
+        return 0.0, 1.0
+    typical = np.median(r, axis=0) - 1.0
+    if (typical <= 0).any():
+        return 0.0, float(r.mean())
+    ok = ((r - 1.0) >= 0.5 * typical[None, :]).all(axis=1)
+    return float(ok.mean()), float(r.mean())
+
+
+def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
+    """Compute ops (forward, backward, optimizer) of the given workers."""
+    is_compute = np.isin(stats.optype, np.array([FWD, BWD, OPT], dtype=np.int16))
+    return stats.worker_mask(cells) & is_compute
+
+
+def optimizer_ratio(stats: TraceStats, cells: list[tuple[int, int]]) -> float | None:
+    """Mean optimizer time of the cells over their peers' (None without optimizer ops)."""
+    if not (stats.optimizer > 0).any():
+        return None
+    ref = peer_reference(stats.optimizer, cells)
+    vals = [float(np.mean(stats.optimizer[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
+    return float(np.mean(vals)) if vals else None
 
 
 @register(CauseId.FAULTY_MACHINE)
 def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
-    """Match persistently hot cells, clustered by host when the host's workers are hot together."""
+    """Match persistently hot cells, clustered by host when a host's workers are hot together."""
     if report.slowdown < DECOMPOSE_THRESHOLD:
         return None
-    cells = hot_cells(report)
-    n_workers = stats.dp * stats.pp
-    if not cells or len(cells) > max(1, n_workers // 4):
+    cells = slow_cells(stats, hot_cells(report))
+    if not cells:
         return None
-    # A whole PP row (every DP rank of a stage) is stage imbalance's signature, not a machine's.
-    rows = {p for _, p in cells}
-    if stats.dp >= 2 and any(sum(1 for _, p in cells if p == r) == stats.dp for r in rows):
+    n_workers = stats.dp * stats.pp
+    hosts = host_cluster(stats, cells)
+    rows = sorted({p for _, p in cells})
+    whole_rows = [r for r in rows if sum(1 for _, p in cells if p == r) == stats.dp] if stats.dp >= 2 else []
+    # Not a host: one or a few cells, and never a whole PP row (stage imbalance's signature).
+    if hosts is None and (len(cells) > max(1, n_workers // 4) or whole_rows):
         return None
     persist, peer_ratio = persistence(stats, cells)
     if persist < PERSIST_FRACTION:
         return None
-
-    hosts = stats.host_of
-    cell_hosts = {int(hosts[d, p]) for d, p in cells}
-    candidates: list[tuple[str, list[tuple[int, int]]]] = [("workers", cells)]
-    if len(cell_hosts) == 1:
-        h = next(iter(cell_hosts))
-        host_cells = [(int(d), int(p)) for d, p in zip(*np.nonzero(hosts == h), strict=True)]
-        if len(host_cells) > len(cells):
-            candidates.append(("host", host_cells))
-    if stats.probe is not None:
-        shares = stats.probe.fix_ratios([stats.worker_mask(c) for _, c in candidates])
-    else:
-        mw = report.m_w.rem if report.m_w is not None and report.m_w.rem is not None else 0.0
-        shares = [mw for _ in candidates]
-    share = shares[0]
-    host_share = shares[1] if len(shares) > 1 else None
-    if share < MIN_SHARE:
+    # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
+    # optimizer step, which no data or schedule imbalance touches.
+    opt_ratio = optimizer_ratio(stats, cells)
+    if opt_ratio is not None and opt_ratio - 1.0 < 0.25 * (peer_ratio - 1.0):
         return None
 
-    host_cells_hot = len(cells) >= 2 and len(cell_hosts) == 1
-    spatial = Spatial.ONE_HOST if host_cells_hot else Spatial.SINGLE_WORKER
-    where_cells = cells
+    masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
+    if stats.probe is not None:
+        share, compute_share = stats.probe.fix_ratios(masks)
+    else:
+        mw = report.m_w.rem if report.m_w is not None and report.m_w.rem is not None else 0.0
+        share = compute_share = mw
+    # The machine's compute must hold the slowdown; slow transfers are slow communication's.
+    if compute_share < MIN_SHARE:
+        return None
+
+    spatial = Spatial.ONE_HOST if hosts is not None and len(cells) >= 2 else Spatial.SINGLE_WORKER
     m_w = report.m_w.rem if report.m_w is not None else None
     n_steps = max(stats.n_steps, 1)
-    # Fit: persistence, a clean hot set, and the M_W-style ratio agreeing that the few hot
-    # workers hold most of the slowdown.
     fit = 0.6 + 0.25 * min(1.0, (persist - 0.5) / 0.5) + (0.15 if share >= 0.5 else 0.0)
-    loc = stats.location(where_cells)
-    names = ", ".join(f"dp {d}/pp {p}" for d, p in sorted(where_cells)[:6])
-    more = f" and {len(where_cells) - 6} more" if len(where_cells) > 6 else ""
+    ambiguous = hosts is not None and len(whole_rows) == 1 and len(rows) == 1
+    if ambiguous and rows[0] in (0, stats.pp - 1):
+        # The host holds exactly the first or last stage: a heavy stage looks the same. Stage
+        # imbalance is far more common (METHOD.md A6), so rank it first; keep this as the alternative.
+        fit *= 0.7
+    loc = stats.location(cells)
+    names = ", ".join(f"dp {d}/pp {p}" for d, p in sorted(cells)[:6])
+    more = f" and {len(cells) - 6} more" if len(cells) > 6 else ""
     host_txt = f"host {loc.hosts[0]}" if len(loc.hosts) == 1 else f"hosts {loc.hosts}"
+    one = len(cells) == 1
     summary = (
-        f"{'One worker' if len(where_cells) == 1 else f'{len(where_cells)} workers'} ({names}{more}; "
-        f"{host_txt}) {'is' if len(where_cells) == 1 else 'are'} persistently slow: their compute runs "
-        f"{peer_ratio:.2f}x their stage peers' in {persist * 100:.0f}% of the {n_steps} steps, while "
-        f"the rest of the grid is cold. Idealising only {'it' if len(where_cells) == 1 else 'them'} "
-        f"removes {share * 100:.0f}% of the slowdown"
-        + (f" (the whole host: {host_share * 100:.0f}%)" if host_share is not None else "")
-        + ". Every collective and pipeline transfer waits for this machine; check its GPU health, "
-        "clocks and thermals, or drain it."
+        f"{'One worker' if one else f'{len(cells)} workers'} ({names}{more}; {host_txt}"
+        f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
+        f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio:.2f}x the stage peers' "
+        f"in {persist * 100:.0f}% of the {n_steps} steps"
+        + (f", the optimizer step {opt_ratio:.2f}x" if opt_ratio is not None else "")
+        + f", while the rest of the grid is cold. Idealising only {'it' if one else 'them'} removes "
+        f"{share * 100:.0f}% of the slowdown ({compute_share * 100:.0f}% from compute alone). Every "
+        "collective and pipeline transfer waits for this machine; check its GPU health, clocks and "
+        "thermals, or drain it."
+        + (
+            f" The host holds exactly PP stage {rows[0]}, so a heavy stage would look the same."
+            if ambiguous
+            else ""
+        )
     )
     return CauseMatch(
         id=CauseId.FAULTY_MACHINE,
@@ -127,12 +180,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         location=loc,
         pattern=Pattern(spatial=spatial, temporal=Temporal.PERSISTENT, resource=Resource.COMPUTE),
         evidence={
-            "hot_cells": [f"{d},{p}" for d, p in sorted(where_cells)],
+            "hot_cells": [f"{d},{p}" for d, p in sorted(cells)],
+            "host_cluster": hosts if hosts is not None else [],
             "worker_slowdown_max": rounded(float(worker_matrix(report, "exact").max())),
             "peer_compute_ratio": rounded(peer_ratio),
+            "optimizer_ratio": rounded(opt_ratio) if opt_ratio is not None else None,
             "persistent_step_fraction": rounded(persist),
-            "fix_share_workers": rounded(share),
-            "fix_share_host": rounded(host_share) if host_share is not None else None,
+            "fix_share": rounded(share),
+            "fix_share_compute": rounded(compute_share),
             "m_w": rounded(m_w) if m_w is not None else None,
         },
         summary=summary,

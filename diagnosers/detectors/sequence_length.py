@@ -2,13 +2,15 @@
 length), so a different DP rank is the slowest in each step (METHOD.md A6).
 
 Evidence, all of which must hold:
-- the slowest DP replica moves: no DP rank is the slowest in more than half of the steps
-  (a persistent slow rank is a machine, not data);
 - forward and backward durations of the same microbatch are strongly correlated (> 0.9, the
-  study's number): a long sequence lengthens both passes;
+  study's number): a long sequence lengthens both passes. Each duration is first divided by its
+  own worker-step median, so a persistently slow worker (which would also push the plain
+  correlation toward 1, METHOD.md A6) does not count;
 - what-if: rebalancing the compute inside each (step, stage) — every forward (backward) takes the
-  mean of that step's and stage's forwards (backwards) across DP ranks and microbatches, so total
-  work and stage means are kept — removes at least ``MIN_SHARE`` of the slowdown.
+  mean of that step's and stage's forwards (backwards) across DP ranks and microbatches, after
+  dividing out each worker's persistent speed, so total work, stage means and slow machines are
+  kept — removes at least ``MIN_SHARE`` of the slowdown.
+How freely the slowest DP replica moves from step to step is reported and raises confidence.
 """
 
 from __future__ import annotations
@@ -31,15 +33,30 @@ from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
 CORRELATION = 0.9
-MAX_MODE_FRACTION = 0.5
+
+
+def persistent_factor(stats: TraceStats) -> npt.NDArray[np.float64]:
+    """(dp, pp): each worker's typical compute over its stage peers' median (median over steps).
+
+    A slow machine is slow in every step; data imbalance is not. Dividing it out first keeps a
+    faulty worker from passing for a data problem."""
+    comp = stats.compute
+    ref = np.median(comp, axis=1, keepdims=True)
+    ratio = np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0)
+    return np.asarray(np.median(ratio, axis=0), dtype=np.float64)
 
 
 def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
-    """Compute ops set to the mean of their (step, stage, op type): perfectly rebalanced
-    microbatches across DP ranks and within ranks, with each step's total work unchanged."""
+    """Compute ops set to the mean of their (step, stage, op type), after dividing out each
+    worker's persistent speed factor (restored afterwards): perfectly rebalanced microbatches
+    across DP ranks and within ranks, each step's data-dependent work unchanged."""
     mask = (stats.optype == FWD) | (stats.optype == BWD)
+    factor = persistent_factor(stats)[stats.op_dp, stats.op_pp]
     keys = (stats.op_step_index * stats.pp + stats.op_pp.astype(np.int64)) * 2 + (stats.optype == BWD)
-    return stage_groups(stats, mask, keys.astype(np.int64))
+    base = stats.transfer
+    normalised = np.where(mask, base / np.where(factor > 0, factor, 1.0), base)
+    pooled = stage_groups(stats, mask, keys.astype(np.int64), values=normalised)
+    return np.where(mask, pooled * factor, base)
 
 
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:
@@ -60,9 +77,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2:
         return None
     slowest, mode_fraction, ratio = slowest_replica(stats)
-    if mode_fraction > MAX_MODE_FRACTION:
-        return None
-    corr = [c for c in stats.fwd_bwd_corr.values() if np.isfinite(c)]
+    corr = [c for c in stats.fwd_bwd_corr_within.values() if np.isfinite(c)]
     corr_mean = float(np.mean(corr)) if corr else 0.0
     if corr_mean < CORRELATION:
         return None
@@ -93,8 +108,11 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         pattern=Pattern(spatial=Spatial.RANDOM_DP, temporal=Temporal.PERSISTENT, resource=Resource.COMPUTE),
         evidence={
             "fwd_bwd_correlation": rounded(corr_mean),
-            "fwd_bwd_correlation_by_stage": [
+            "fwd_bwd_correlation_stage_level": [
                 rounded(stats.fwd_bwd_corr[s]) for s in sorted(stats.fwd_bwd_corr)
+            ],
+            "fwd_bwd_correlation_by_stage": [
+                rounded(stats.fwd_bwd_corr_within[s]) for s in sorted(stats.fwd_bwd_corr_within)
             ],
             "slowest_dp_mode_fraction": rounded(mode_fraction),
             "distinct_slowest_dp_ranks": distinct,

@@ -4,8 +4,10 @@ with the embedding) carries more work than the others (METHOD.md A6).
 Evidence, all of which must hold:
 - the stage's put-back S_stage is the largest and its M_S-style ratio (``m_s_by_stage``: idealise
   every op of that stage) is large — the stage is where the slowdown lives;
-- the whole PP row is heavy, not one cell: the typical (median) DP rank of the stage carries at
-  least half the compute excess of its heaviest DP rank, measured against the other stages;
+- the whole PP row is heavy, not one cell: every DP rank of the stage carries at least half the
+  compute excess of the typical (median) one, measured against the other stages' compute;
+- the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
+  row whose host(s) also hold other hot workers, is left to the faulty-machine detector;
 - what-if: scaling only that stage's compute to the job-wide typical per-op-type duration, keeping
   every within-stage variation, removes at least ``MIN_SHARE`` of the slowdown. That isolates the
   between-stage part from, say, sequence-length noise living on the same stage.
@@ -21,10 +23,12 @@ from diagnosers.detectors.base import (
     TraceStats,
     categories_for,
     confidence,
+    host_cluster,
     rounded,
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -43,6 +47,22 @@ def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
         if mean_here > 0:
             d[m] *= target / mean_here
     return d
+
+
+def _hot_cells_on_hosts(
+    stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Hot cells (S_w excess >= half the hottest) on the hosts of ``cells``."""
+    m = worker_matrix(report, "exact")
+    excess = m - 1.0
+    top = float(excess.max())
+    hs = {int(stats.host_of[d, p]) for d, p in cells}
+    return [
+        (d, p)
+        for d in range(stats.dp)
+        for p in range(stats.pp)
+        if int(stats.host_of[d, p]) in hs and top > 0 and excess[p, d] >= 0.5 * top
+    ]
 
 
 @register(CauseId.STAGE_IMBALANCE)
@@ -64,8 +84,21 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if ref <= 0:
         return None
     row = comp[:, hot] / ref
-    row_typical, row_max = float(np.median(row)), float(row.max())
-    if row_typical <= 1.0 or (row_typical - 1.0) < 0.5 * (row_max - 1.0):
+    row_typical, row_max, row_min = float(np.median(row)), float(row.max()), float(row.min())
+    # Every DP rank of the row carries the excess (at least half the typical rank's), so a single
+    # hot cell — or one hot cell among two DP ranks — is not a heavy stage.
+    if row_typical <= 1.0 or (row_min - 1.0) < 0.5 * (row_typical - 1.0):
+        return None
+    row_cells = [(d, hot) for d in range(stats.dp)]
+    hosts = host_cluster(stats, row_cells)
+    if hosts is None:
+        # The row may share its host(s) with other hot workers: then the host, not the stage, is hot.
+        on_hosts = _hot_cells_on_hosts(stats, report, row_cells)
+        if any(p != hot for _, p in on_hosts) and host_cluster(stats, on_hosts) is not None:
+            return None
+    elif hot not in (0, stats.pp - 1):
+        # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
+        # signature, a slow host is.
         return None
 
     if stats.probe is not None:
@@ -88,6 +121,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     fit = 0.7 + 0.15 * dominance + (0.15 if (m_s or 0.0) >= 0.5 else 0.0)
     if second > 1.0 and (second - 1.0) > 0.5 * (by_stage[hot] - 1.0):
         fit -= 0.2  # a second stage is nearly as hot: the row is not a clean single-stage signature
+    if hosts is not None:
+        summary_host = f" The stage sits exactly on host {hosts[0]}, so a slow host would look the same."
+    else:
+        summary_host = ""
     where = "last" if hot == stats.pp - 1 else ("first" if hot == 0 else f"stage {hot}")
     cells = [(d, hot) for d in range(stats.dp)]
     summary = (
@@ -97,6 +134,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         f"durations gives S_stage = {by_stage[hot]:.3f}; idealising the stage removes "
         f"{(m_s or 0.0) * 100:.0f}% of the slowdown (M_S), and balancing only its mean compute removes "
         f"{share * 100:.0f}%. Every step waits for this stage, so the pipeline runs at its pace."
+        + summary_host
     )
     return CauseMatch(
         id=CauseId.STAGE_IMBALANCE,

@@ -10,6 +10,7 @@ from diagnosers.model import OPTYPE_CODE, Trace
 
 FWD = OPTYPE_CODE["forward-compute"]
 BWD = OPTYPE_CODE["backward-compute"]
+OPT = OPTYPE_CODE["optimizer"]
 
 # A forward op is only counted as paused when its excess over what its backward explains is both
 # statistically extreme (robust z) and a real share of a forward; see _forward_excess.
@@ -49,7 +50,13 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         n_s, dp, pp
     )
 
-    corr, fwd_index, excess, z, typical = _forward_backward(trace, si)
+    corr, within, fwd_index, excess, z, typical = _forward_backward(trace, si)
+    is_opt = ops.optype == OPT
+    optimizer = (
+        np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
+        .astype(np.float64)
+        .reshape(n_s, dp, pp)
+    )
     stage_fwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == FWD, pp)
     stage_bwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == BWD, pp)
 
@@ -65,6 +72,8 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         step_time=step_time,
         launch_idle=launch_idle,
         fwd_bwd_corr=corr,
+        fwd_bwd_corr_within=within,
+        optimizer=optimizer,
         fwd_excess=excess,
         fwd_excess_z=z,
         fwd_index=fwd_index,
@@ -148,18 +157,28 @@ def _forward_backward(
     tb = _group_median(group, bd)
     nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
     nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
+    # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
+    # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
+    wgroup = ((si[fi] * dp + ops.dp_rank[fi]) * pp + ops.stage[fi]).astype(np.int64) * gmax + ops.gmc[fi] + 1
+    wf = _group_median(wgroup, fd)
+    wb = _group_median(wgroup, bd)
+    xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
+    xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
     corr: dict[int, float] = {}
+    within: dict[int, float] = {}
     for s in range(pp):
         m = stage == s
         if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
             corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
+        if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
+            within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
     excess = fd - tf * np.maximum(1.0, nb)
     med = _group_median(stage, excess)
     mad = _group_median(stage, np.abs(excess - med))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
     sigma = np.maximum(1.4826 * mad, 0.01 * tf)
     z = (excess - med) / sigma
-    return corr, fi.astype(np.int64), excess, z, tf
+    return corr, within, fi.astype(np.int64), excess, z, tf
 
 
 def _stage_mean(
