@@ -11,7 +11,7 @@ import httpx
 import httpx2
 import pytest
 from lens_testing import TOKEN, Live, native_jsonl
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from server.security import PathNotAllowed, resolve_allowed
@@ -85,14 +85,19 @@ def test_mcp_initialize_with_token_succeeds(http: httpx.Client) -> None:
 
 @pytest.mark.anyio
 async def test_sdk_client_needs_the_token(secured: Live) -> None:
-    async with httpx2.AsyncClient(headers=AUTH) as hc:
-        async with Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c:
-            tools = await c.list_tools()
+    async with (
+        httpx2.AsyncClient(headers=AUTH) as hc,
+        Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c,
+    ):
+        tools = await c.list_tools()
     assert "describe_trace" in {t.name for t in tools.tools}
-    with pytest.raises(Exception):  # noqa: B017 -- the SDK surfaces the 401 as its own error types
-        async with httpx2.AsyncClient() as hc:
-            async with Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c:
-                await c.list_tools()
+    with pytest.raises(ExceptionGroup) as refused:  # the SDK raises from its task group
+        async with (
+            httpx2.AsyncClient() as hc,
+            Client(streamable_http_client(secured.mcp_url, http_client=hc)) as c,
+        ):
+            await c.list_tools()
+    assert refused.group_contains(MCPError, match="error response", depth=None)
 
 
 def test_oversize_upload_is_refused_and_nothing_is_stored(http: httpx.Client, secured: Live) -> None:
