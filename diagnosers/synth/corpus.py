@@ -39,7 +39,8 @@ def corpus_specs() -> list[tuple[str, ScenarioSpec]]:
                                           gc_growing=True, seed=9)),
         ("faulty-worker", ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3,
                                        scenarios=[S.FAULTY_MACHINE], seed=10)),
-        ("faulty-host", ScenarioSpec(dp=8, pp=4, microbatches=8, steps=3, scenarios=[S.FAULTY_MACHINE],
+        # a host holds 8 consecutive ranks: DP ranks 8-15 of stage 0 (half a PP row, not a whole one)
+        ("faulty-host", ScenarioSpec(dp=16, pp=2, microbatches=8, steps=3, scenarios=[S.FAULTY_MACHINE],
                                      host=1, seed=11)),
         ("slow-link", ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3,
                                    scenarios=[S.SLOW_COMMUNICATION], seed=12)),

@@ -60,7 +60,7 @@ DEFAULT_MAGNITUDE: dict[Scenario, float] = {
     # compute slowdown factor of the faulty worker(s)
     Scenario.FAULTY_MACHINE: 2.0,
     # transfer slowdown factor of the slow link / host
-    Scenario.SLOW_COMMUNICATION: 10.0,
+    Scenario.SLOW_COMMUNICATION: 20.0,
     # idle seconds before a step's first forward
     Scenario.DATALOADER_STALL: 0.5,
 }
