@@ -336,7 +336,8 @@ def test_corpus_and_demo_generate() -> None:
 
 def test_a_host_without_traced_ranks_is_a_clear_error() -> None:
     # tp 16 > 8 GPUs per host: traced ranks 0, 16, 32, 48 sit on hosts 0, 2, 4, 6
-    spec = ScenarioSpec(dp=2, pp=2, tp=16, microbatches=2, steps=1, scenarios=[Scenario.FAULTY_MACHINE], host=1)
+    spec = ScenarioSpec(dp=2, pp=2, tp=16, microbatches=2, steps=1, scenarios=[Scenario.FAULTY_MACHINE],
+                        host=1)
     with pytest.raises(ValueError, match="host 1 holds no traced rank"):
         generate(spec)
     job = generate(spec.model_copy(update={"host": 2}))
