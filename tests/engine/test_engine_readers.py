@@ -265,3 +265,23 @@ def test_non_strict_names_drop_unknown_ops() -> None:
     cols["optype"][13] = "mystery"
     t = normalize(cols, JobMeta(dp=2, pp=2), source="f", strict_names=False)
     assert any("unknown type 'mystery'" in n for n in t.notes)
+
+
+def test_native_files_match_the_json_schema(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from diagnosers.synth import demo_job
+    from diagnosers.writers import write_native
+
+    root = Path(__file__).resolve().parents[2]
+    schema = json.loads((root / "docs" / "native-format.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    path = write_native(demo_job().trace, tmp_path / "demo.jsonl")
+    lines = path.read_text().splitlines()
+    assert "job" in json.loads(lines[0])
+    for line in lines[:200]:
+        validator.validate(json.loads(line))
+    assert not validator.is_valid({"job": {"dp_size": 0}})
+    assert not validator.is_valid(
+        {"dp_rank": 0, "stage": 0, "rank": 0, "step": 0, "optype": "warp", "start_ts": 0, "duration": 1}
+    )
+    assert len(load_trace([path]).ops) == len(lines) - 1
