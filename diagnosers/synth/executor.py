@@ -144,7 +144,7 @@ class _Loop:
             self.coll_end[key] = ends
         return ends[stage]
 
-    def _dp_coll(self, call: Call, stage: int, post: Arr, index: int) -> Arr:
+    def _dp_coll(self, call: Call, stage: int, post: Arr) -> Arr:
         base = self.a.dp_time[call.name][stage] * self.a.dp_group[stage]
         speed = float(self.a.nic[stage].max())
         t = base * speed * self.noise(self.cost.transfer_sigma)[:, :1]
@@ -157,7 +157,6 @@ class _Loop:
         clock = [np.zeros(self.shape) for _ in range(pp)]
         pending: list[Arr | None] = [None] * pp
         coll_seq = [dict[str, int]() for _ in range(pp)]
-        dp_index = [0] * pp
         first_call = [True] * pp
         remaining = sum(len(p.calls) for p in self.programs)
         while remaining:
@@ -178,7 +177,7 @@ class _Loop:
                             post = post + self.a.stall[s]
                         pending[s] = post
                         self._register(call, s, post, coll_seq[s])
-                    end = self._try_finish(call, s, post, coll_seq[s], dp_index)
+                    end = self._try_finish(call, s, post, coll_seq[s])
                     if end is None:
                         break
                     self._record(s, call, post, end)
@@ -205,7 +204,7 @@ class _Loop:
             self.coll_posts.setdefault(f"{call.name}#{n}", {})[s] = post
 
     def _try_finish(
-        self, call: Call, s: int, post: Arr, seq: dict[str, int], dp_index: list[int]
+        self, call: Call, s: int, post: Arr, seq: dict[str, int]
     ) -> Arr | None:
         kind = call.kind
         if kind is Kind.COMPUTE:
@@ -222,8 +221,7 @@ class _Loop:
                 end = np.maximum(end, self._p2p_done(op))
             return end
         if kind is Kind.DP_COLL:
-            dp_index[s] += 1
-            return self._dp_coll(call, s, post, dp_index[s])
+            return self._dp_coll(call, s, post)
         n = seq.get(call.name, 0)
         key = f"{call.name}#{n}"
         if len(self.coll_posts.get(key, {})) < len(self._coll_members(call)):
