@@ -195,9 +195,12 @@ def filter_mask(lib: Library, filters: IncidentFilters) -> np.ndarray:
     return mask
 
 
-def _empty_message(what: str, filters: IncidentFilters) -> str:
+def _empty_message(query: str | None, filters: IncidentFilters) -> str:
     described = filters.describe()
-    return f"No incidents match {what}" + (f" with filters {described}" if described else "") + "."
+    if query is None:
+        return f"No incidents match the filters {described}." if described else "The library is empty."
+    with_filters = f" with filters {described}" if described else ""
+    return f"No incidents match the query {query!r}{with_filters}."
 
 
 def search_incidents(
@@ -245,7 +248,7 @@ def search_incidents(
     nxt = offset + limit if offset + limit < total else None
     message = None
     if total == 0:
-        message = _empty_message(f"the query {query!r}", filters)
+        message = _empty_message(query, filters)
     elif not results:
         message = f"offset {offset} is past the last match ({total} in total)."
     return IncidentResults(total=total, results=results, next_offset=nxt, message=message)
@@ -292,7 +295,7 @@ def list_incidents(
     nxt = offset + limit if offset + limit < total else None
     message = None
     if total == 0:
-        message = _empty_message("these filters", filters) if filters.describe() else "The library is empty."
+        message = _empty_message(None, filters)
     elif not page:
         message = f"offset {offset} is past the last case ({total} in total)."
     return IncidentResults(total=total, results=[_hit(idx.cases[i]) for i in page], next_offset=nxt,

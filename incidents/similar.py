@@ -6,12 +6,12 @@ the components the probe supports (a diagnosis has causes and shapes but no tags
 =============  ======  ===================================================================
 component      weight  value
 =============  ======  ===================================================================
-causes         0.30    mean of the weighted share of the probe's causes the case has and
+causes         0.25    mean of the weighted share of the probe's causes the case has and
                        the Jaccard index of both cause sets (a multi-cause case still
                        covers a single-cause diagnosis, but less than an exact match)
-shape          0.35    per probe signature: the case has that cause, and its signature's
+shape          0.40    per probe signature: the case has that cause, and its signature's
                        spatial / temporal / resource pattern agrees (1 per agreeing field,
-                       0.5 where either side is unknown, 0 on disagreement), averaged
+                       0.3 where either side is unknown, 0 on disagreement), averaged
 tags           0.15    Jaccard of tags (probe = a case)
 text           0.20    cosine of tf-idf vectors over the whole case text
 category       0.10    same broad category (probe = a case)
@@ -36,7 +36,7 @@ from incidents.library import Library, load_library
 from incidents.schema import CATEGORIES, Case, InvalidFilterError
 from incidents.search import MAX_LIMIT, IncidentResults, _hit
 
-WEIGHTS = {"causes": 0.30, "shape": 0.35, "tags": 0.15, "text": 0.20, "category": 0.10}
+WEIGHTS = {"causes": 0.25, "shape": 0.40, "tags": 0.15, "text": 0.20, "category": 0.10}
 RELATED_BONUS = 0.10
 # Matches below this combined score (0..100) are not counted.
 MIN_SIMILARITY = 10.0
@@ -44,6 +44,8 @@ MIN_SIMILARITY = 10.0
 _CAUSES = list(CauseId)
 _SPATIAL, _TEMPORAL, _RESOURCE = list(Spatial), list(Temporal), list(Resource)
 UNKNOWN = -1
+UNKNOWN_CREDIT = 0.3
+_NOTHING = "No similar incidents found: no case shares a cause, shape, tag or wording with the probe."
 
 
 @dataclass
@@ -106,9 +108,11 @@ def _pattern_codes(p: Pattern) -> tuple[int | None, int | None, int | None]:
 
 
 def _field_agreement(codes: np.ndarray, value: int | None) -> np.ndarray:
+    # an unknown field on either side earns partial credit, below an explicit agreement, so a case
+    # recorded with the very same shape ranks above one whose shape is only partly known
     if value is None:
-        return np.full(codes.shape, 0.5)
-    return np.where(codes == UNKNOWN, 0.5, (codes == value).astype(np.float64))
+        return np.full(codes.shape, UNKNOWN_CREDIT)
+    return np.where(codes == UNKNOWN, UNKNOWN_CREDIT, (codes == value).astype(np.float64))
 
 
 def _shape_text(pattern: Pattern) -> str:
@@ -205,6 +209,8 @@ def similar_incidents(
     if probe.category is not None:
         parts["category"] = (idx.category_idx == CATEGORIES.index(probe.category)).astype(np.float64)
 
+    if not parts:  # e.g. a text made only of words the library never uses
+        return IncidentResults(total=0, results=[], next_offset=None, message=_NOTHING)
     total_weight = sum(WEIGHTS[k] for k in parts)
     combined = sum((WEIGHTS[k] * v for k, v in parts.items()), np.zeros(idx.n)) / total_weight
     related_mask = np.array([c.id in probe.related for c in idx.cases], dtype=bool) if probe.related else None
@@ -225,7 +231,7 @@ def similar_incidents(
     nxt = offset + limit if offset + limit < total else None
     message = None
     if total == 0:
-        message = "No similar incidents found: no case shares a cause, shape, tag or wording with the probe."
+        message = _NOTHING
     elif not results:
         message = f"offset {offset} is past the last match ({total} in total)."
     return IncidentResults(total=total, results=results, next_offset=nxt, message=message)

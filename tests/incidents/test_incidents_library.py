@@ -18,7 +18,8 @@ from incidents.library import DEFAULT_CASES_DIR, DEFAULT_TOPICS_FILE, load_topic
 
 FACT_SHEET = Path("/work/shared/research/incident_facts.jsonl")
 KOREAN_TITLE = (
-    "ByteDance LLM 학습 클러스터에서 작업의 42.5% 가 스트래글러 때문에 10% 넘게 느려졌고 GPU 시간 10.4% 가 낭비되었다"
+    "ByteDance LLM 학습 클러스터에서 작업의 42.5% 가 스트래글러 때문에 "
+    "10% 넘게 느려졌고 GPU 시간 10.4% 가 낭비되었다"
 )
 
 
@@ -53,7 +54,7 @@ def test_il_0417_keeps_its_korean_title_as_an_alias(library: Library) -> None:
     case = library.get("IL-0417")
     assert KOREAN_TITLE in case.aliases
     assert "42.5%" in case.title and "10.4%" in case.title
-    assert [s.url for s in case.sources][0] == "https://arxiv.org/abs/2505.05713"
+    assert case.sources[0].url == "https://arxiv.org/abs/2505.05713"
 
 
 @pytest.mark.skipif(not FACT_SHEET.is_file(), reason="fact sheet not available on this machine")
@@ -127,7 +128,7 @@ def test_bad_yaml_and_missing_directory(
 ) -> None:
     cases_dir = write_cases(make_case("IL-0001"))
     (cases_dir / "IL-0001.yaml").write_text("id: [unclosed", encoding="utf-8")
-    with pytest.raises(CaseFileError, match="IL-0001.yaml: invalid YAML"):
+    with pytest.raises(CaseFileError, match=r"IL-0001\.yaml: invalid YAML"):
         Library.from_directory(cases_dir)
     with pytest.raises(FileNotFoundError, match="incident cases directory not found"):
         Library.from_directory(tmp_path / "nowhere")
