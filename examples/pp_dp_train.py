@@ -14,7 +14,9 @@ listener for the store) train a tiny MLP stack split into pipeline stages:
 
 Straggler injections (all real, nothing is faked in the trace):
 
-- ``--slow-rank R --slow-ms X``: rank R sleeps X ms inside every ``forward-compute``;
+- ``--slow-rank R --slow-ms X``: rank R sleeps X ms inside every ``forward-compute``; unless
+  ``--slow-forward-only`` is given it behaves like a slow machine, where every compute type is
+  slower: it also sleeps 2X ms in every ``backward-compute`` and X/2 ms in its ``optimizer`` step;
 - ``--last-stage-layers N``: the last stage carries N layers instead of ``--layers``;
 - ``--gc-pause``: on steps where ``step % 3 == 2`` one victim (rank, microbatch) drawn from
   ``--seed`` runs a full ``gc.collect()`` over a large heap of tracked objects inside its forward;
@@ -60,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--mbs", type=int, default=8, help="microbatch size")
     p.add_argument("--slow-rank", type=int, default=None)
-    p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--slow-ms", type=float, default=30.0, help="extra ms per forward on the slow rank")
+    p.add_argument("--slow-forward-only", action="store_true",
+                   help="slow rank sleeps in its forward only (default: backward 2x, optimizer 0.5x too)")
     p.add_argument("--gc-pause", action="store_true", help="real GC pauses on random ranks")
     p.add_argument("--gc-heap", type=int, default=1_500_000, help="tracked objects the GC must walk")
     p.add_argument("--stall-rank", type=int, default=None, help="rank whose data loading stalls")
@@ -131,6 +135,7 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     shape = (a.mbs, a.seq, a.hidden)
     victims = gc_victims(a)
+    slow_all = a.slow_rank == rank and not a.slow_forward_only
     # The heap a full collection has to walk: many small tracked containers, kept alive.
     heap = [[i] for i in range(a.gc_heap)] if any(r == rank for r, _ in victims.values()) else []
 
@@ -191,6 +196,8 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
             bwd_i += 1
             with record_function("backward-compute"):
                 out = outputs[i]
+                if slow_all:
+                    time.sleep(2 * a.slow_ms / 1e3)
                 if last:
                     out.backward()
                 else:
@@ -232,6 +239,8 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
                     p.grad.copy_(flat[off:off + n].view_as(p.grad))
                     off += n
         with record_function("optimizer"):
+            if slow_all:
+                time.sleep(a.slow_ms / 2e3)
             opt.step()
             opt.zero_grad(set_to_none=False)
         return loss_sum
@@ -262,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "dp": a.dp, "pp": a.pp, "steps": a.steps, "microbatches": a.microbatches,
         "layers": a.layers, "last_stage_layers": a.last_stage_layers,
         "slow_rank": a.slow_rank, "slow_ms": a.slow_ms if a.slow_rank is not None else None,
+        "slow_forward_only": a.slow_forward_only if a.slow_rank is not None else None,
         "stall_rank": a.stall_rank, "stall_ms": a.stall_ms if a.stall_rank is not None else None,
         "gc_victims": {str(s): {"rank": r, "microbatch": m} for s, (r, m) in gc_victims(a).items()},
         "profiled_steps": list(range(2, a.steps)), "torch": torch.__version__,

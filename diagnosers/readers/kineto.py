@@ -58,6 +58,19 @@ AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
 OPTIMIZER_ANNOTATION_RE = re.compile(r"^##\s*optimizer\s*##$|^Optimizer\.step#", re.IGNORECASE)
 FORWARD_ANNOTATION_RE = re.compile(r"^##\s*forward\s*##$|\.forward$", re.IGNORECASE)
 
+# Older PyTorch (1.8-1.10) spelled the categories differently.
+_CAT_ALIASES: dict[str, str] = {
+    "Operator": "cpu_op",
+    "Kernel": "kernel",
+    "Runtime": "cuda_runtime",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+}
+# Point-to-point transfers: pipeline traffic, not DP collectives (plain mode cannot place them).
+P2P_COLLECTIVE_NAMES: frozenset[str] = frozenset({"send", "recv", "_send", "_recv", "sendrecv"})
+P2P_CPU_NAMES: frozenset[str] = frozenset({"gloo:send", "gloo:recv", "nccl:send", "nccl:recv"})
+KERNEL_OP_RE = re.compile(r"nccl(?:Symk)?(?:Dev)?Kernel_([A-Za-z]+)")
+
 _FWD, _BWD, _OPT = 0, 1, 2
 _PHASE_COMPUTE = ("forward-compute", "backward-compute", "optimizer")
 
@@ -143,7 +156,8 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     try:
         for i, e in enumerate(xs):
             name[i] = str(e.get("name", ""))
-            cat[i] = str(e.get("cat", ""))
+            c = str(e.get("cat", ""))
+            cat[i] = _CAT_ALIASES.get(c, c)
             tid[i] = e.get("tid")
             ts[i] = float(e["ts"])
             dur[i] = float(e.get("dur", 0.0))
@@ -162,7 +176,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, (ts - first) / 1e6, dur / 1e6, args,
                   origin=origin)
     seen: dict[int, tuple[float, float]] = {}
-    for j in np.flatnonzero(cat == "user_annotation"):
+    for j in np.flatnonzero((cat == "user_annotation") | (cat == "cpu_op")):
         m = STEP_RE.fullmatch(str(name[j]).strip())
         if m:
             k = int(m.group(1))
@@ -431,6 +445,27 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
         is_comm = comm_kernel[kidx]
         comp_idx, comp_step, comp_phase = kidx[~is_comm], ksteps[~is_comm], kphase[~is_comm]
         coll_idx, coll_step, coll_phase = kidx[is_comm], ksteps[is_comm], kphase[is_comm]
+        # Kernel names mislead (all_to_all runs as SendRecv): prefer the collective args.
+        labels = []
+        for i in coll_idx:
+            a = f.args[i]
+            op = a.get("Collective name")
+            if op is None:
+                m = KERNEL_OP_RE.search(str(f.name[i]))
+                op = m.group(1) if m else str(f.name[i])[:40]
+            group = a.get("Process Group Description") or a.get("Process Group Name")
+            labels.append(f"{op} on {group}" if group else str(op))
+        p2p = np.array([str(f.args[i].get("Collective name", "")).lower() in P2P_COLLECTIVE_NAMES
+                        for i in coll_idx], dtype=bool)
+        if p2p.any():
+            notes.add(
+                f"rank {f.rank}: skipped {int(p2p.sum())} point-to-point NCCL kernels (send/recv): "
+                "pipeline stages need record_function spans with the P2P names"
+            )
+        counts = Counter(lab for lab, skip in zip(labels, p2p, strict=True) if not skip)
+        notes.add("collectives read as DP-synced ops: "
+                  + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+        coll_idx, coll_step, coll_phase = coll_idx[~p2p], coll_step[~p2p], coll_phase[~p2p]
         notes.add(
             "plain data-parallel trace: compute = busy time of non-NCCL GPU kernels per phase "
             "(forward / backward / optimizer); each NCCL kernel is a DP-synced collective, "
@@ -444,7 +479,15 @@ def plain_ops(f: RankFile, notes: set[str]) -> RawOps:
         ok = comp_step >= 0
         comp_idx, comp_step = comp_idx[ok], comp_step[ok]
         comp_phase = phase(comp_step, f.ts[comp_idx])
-        collm = (cat == "user_annotation") & _name_mask(f, lambda x: x.startswith(COMM_CPU_PREFIXES))
+        collm = (cat == "user_annotation") & _name_mask(
+            f, lambda x: x.startswith(COMM_CPU_PREFIXES) and x not in P2P_CPU_NAMES
+        )
+        n_p2p = int(((cat == "user_annotation") & _name_mask(f, lambda x: x in P2P_CPU_NAMES)).sum())
+        if n_p2p:
+            notes.add(
+                f"rank {f.rank}: skipped {n_p2p} point-to-point gloo/nccl send/recv spans: pipeline "
+                "stages need record_function spans with the P2P names"
+            )
         coll_idx = np.flatnonzero(collm)
         coll_step = _step_of(f, f.ts[coll_idx], extend=False)
         ok = coll_step >= 0

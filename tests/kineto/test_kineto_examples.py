@@ -33,7 +33,10 @@ def _top(d: Diagnosis) -> tuple[CauseId, list[int], list[int], list[int]]:
     return c.id, c.location.dp_ranks, c.location.pp_ranks, c.location.ranks
 
 
-@pytest.mark.parametrize("name", ["baseline", "slow-rank", "stage-imbalance", "gc-pause", "dataloader-stall"])
+@pytest.mark.parametrize(
+    "name",
+    ["baseline", "slow-rank", "slow-rank-forward", "stage-imbalance", "gc-pause", "dataloader-stall"],
+)
 def test_every_recorded_set_reads_as_a_2x2_pipeline(name: str) -> None:
     trace, _, inj = _load(name)
     assert (trace.meta.dp, trace.meta.pp) == (2, 2)
@@ -56,13 +59,28 @@ def test_baseline_is_not_a_straggling_job() -> None:
 
 
 def test_slow_rank_is_found_as_one_slow_worker() -> None:
+    # a slow machine: every compute type of rank 1 is slower (forward, backward, optimizer)
     _, d, inj = _load("slow-rank")
-    assert inj["slow_rank"] == 1
+    assert inj["slow_rank"] == 1 and inj["slow_forward_only"] is False
     cause, dps, pps, ranks = _top(d)
     assert cause is CauseId.FAULTY_MACHINE
     assert (dps, pps, ranks) == ([1], [0], [1])
     worst = max(d.report.attribution.by_worker, key=lambda w: w.slowdown or 0.0)
     assert (worst.dp_rank, worst.pp_rank) == (1, 0)
+
+
+def test_forward_only_slow_rank_tops_the_what_if_attribution() -> None:
+    # rank 1 sleeps 40 ms in each forward only: the what-if report blames that worker and forward
+    _, d, inj = _load("slow-rank-forward")
+    assert inj["slow_rank"] == 1 and inj["slow_forward_only"] is True
+    rep = d.report
+    assert rep.straggling
+    worst = max(rep.attribution.by_worker, key=lambda w: w.slowdown or 0.0)
+    assert (worst.dp_rank, worst.pp_rank) == (1, 0)
+    assert max(rep.attribution.by_dp_rank, key=rep.attribution.by_dp_rank.__getitem__) == "1"
+    assert max(rep.attribution.by_optype, key=rep.attribution.by_optype.__getitem__) == "forward-compute"
+    others = [w.slowdown or 0.0 for w in rep.attribution.by_worker if (w.dp_rank, w.pp_rank) != (1, 0)]
+    assert (worst.slowdown or 0.0) - 1.0 > 5 * (max(others) - 1.0)
 
 
 def test_heavy_last_stage_is_found_as_stage_imbalance() -> None:
