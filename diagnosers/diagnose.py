@@ -10,16 +10,19 @@ library or the server: callers pass the function in.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from diagnosers.detectors.base import CauseMatch, Engine
+from diagnosers.detectors.base import CauseMatch
 from diagnosers.heatmap import Heatmap, job_heatmap
 from diagnosers.model import Trace
 from diagnosers.remedies import Remedy
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import CauseSignature
+
+if TYPE_CHECKING:
+    from diagnosers.whatif import WhatIfEngine
 
 Progress = Callable[[float, str], None]
 SimilarFn = Callable[..., Any]
@@ -112,7 +115,7 @@ def diagnose(
     *,
     similar: SimilarFn | None = None,
     progress: Progress | None = None,
-    engine: Engine | None = None,
+    engine: WhatIfEngine | None = None,
     layers_per_stage: Sequence[int] | None = None,
     similar_limit: int = 5,
 ) -> Diagnosis:

@@ -212,8 +212,7 @@ def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
 
     group = str(match.evidence.get("group", ""))
     is_comm = comm_mask(stats)
-    excess = np.clip(probe.original - probe.ideal, 0.0, None) * is_comm
-    mask = next((m for name, _, m in candidates(stats, excess) if name == group), is_comm)
+    mask = next((m for name, _, m in candidates(stats, probe.original) if name == group), is_comm)
     t_after = float(probe.mean_times(probe.idealised(mask))[0])
     return Remedy(
         cause_id=match.id.value,

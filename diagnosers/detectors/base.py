@@ -104,6 +104,23 @@ class Probe:
         t_rem = self.mean_times(np.stack([self.idealised(m) for m in masks]))
         return [float((self.t_orig - t) / gap) for t in t_rem]
 
+    def share(self, durations: npt.NDArray[np.float64]) -> float:
+        """``(T - T_after) / (T - T_ideal)`` for one fixed duration vector (the ``rem`` view)."""
+        gap = self.t_orig - self.t_ideal
+        if gap <= 1e-12 * max(self.t_orig, 1e-12):
+            return 0.0
+        return float((self.t_orig - self.mean_times(durations)[0]) / gap)
+
+    def add_share(self, durations: npt.NDArray[np.float64]) -> float:
+        """``(T_add - T_ideal) / (T - T_ideal)`` for a vector that puts only one cause back into the
+        ideal run (the artifact's ``add`` view of M_W). Unlike ``rem`` it does not depend on what
+        the other ops do; e.g. when batched P2P transfers absorb compute waits (interleaved
+        schedules), idealising compute alone leaves those transfers slow, putting it back does not."""
+        gap = self.t_orig - self.t_ideal
+        if gap <= 1e-12 * max(self.t_orig, 1e-12):
+            return 0.0
+        return float((self.mean_times(durations)[0] - self.t_ideal) / gap)
+
     def speedup(self, durations: npt.NDArray[np.float64]) -> float:
         """``T_now / T_after`` for one changed duration vector (never below 1)."""
         t_after = float(self.mean_times(durations)[0])
@@ -140,6 +157,7 @@ class TraceStats:
     op_dp: npt.NDArray[np.int32]
     op_pp: npt.NDArray[np.int32]
     op_step_index: npt.NDArray[np.int64]
+    op_gmc: npt.NDArray[np.int32]  # global model chunk (-1 where not applicable)
     transfer: npt.NDArray[np.float64]  # per op: the engine's original duration (transfer time for comm)
     probe: Probe | None = None
     notes: list[str] = field(default_factory=list)

@@ -115,7 +115,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     """Match persistently hot cells, clustered by host when a host's workers are hot together."""
     if report.slowdown < DECOMPOSE_THRESHOLD:
         return None
-    cells = slow_cells(stats, hot_cells(report))
+    candidates = hot_cells(report)
+    if host_cluster(stats, candidates) is None and stats.dp >= 2:
+        # Whole hot PP rows belong to the stage-imbalance detector; a machine may hide among them
+        # (both causes at once), so look at the remaining cells.
+        full = {r for r in range(stats.pp) if sum(1 for _, p in candidates if p == r) == stats.dp}
+        candidates = [c for c in candidates if c[1] not in full]
+    cells = slow_cells(stats, candidates)
     if not cells:
         return None
     n_workers = stats.dp * stats.pp

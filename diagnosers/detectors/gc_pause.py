@@ -6,8 +6,8 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
 - paused forwards: robust z-score of that excess >= 8 and excess >= 20% of a typical forward;
 - sporadic: no worker has pauses in more than half of its forwards (a worker slow in every
   forward is a machine), and pauses hit more than one (worker, step) pair;
-- what-if: giving only the paused forwards their typical duration removes at least
-  ``MIN_SHARE`` of the slowdown.
+- what-if: removing the pauses removes at least ``MIN_SHARE`` of the slowdown, or putting only
+  the pauses back into the ideal run recreates that share (the larger of the two counts).
 Growth over steps (pause time correlated with step index) marks the pattern ``growing`` and raises
 confidence, but is not required: short profiles rarely show it.
 """
@@ -68,9 +68,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if len(pairs) < 2:
         return None
     if stats.probe is not None:
-        t_fix = float(stats.probe.mean_times(paused_durations(stats, paused))[0])
-        gap = stats.probe.t_orig - stats.probe.t_ideal
-        share = (stats.probe.t_orig - t_fix) / gap if gap > 0 else 0.0
+        rem = stats.probe.share(paused_durations(stats, paused))
+        back = stats.probe.ideal.copy()
+        back[stats.fwd_index[paused]] += stats.fwd_excess[paused]
+        share = max(rem, stats.probe.add_share(back))
     else:
         share = float(stats.fwd_excess[paused].sum() / max(stats.step_time.sum(), 1e-12)) / max(
             report.slowdown - 1.0, 1e-9

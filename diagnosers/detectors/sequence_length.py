@@ -9,7 +9,8 @@ Evidence, all of which must hold:
 - what-if: rebalancing the compute inside each (step, stage) — every forward (backward) takes the
   mean of that step's and stage's forwards (backwards) across DP ranks and microbatches, after
   dividing out each worker's persistent speed, so total work, stage means and slow machines are
-  kept — removes at least ``MIN_SHARE`` of the slowdown.
+  kept — removes at least ``MIN_SHARE`` of the slowdown, or putting only those per-microbatch
+  deviations back into the ideal run recreates that share (the larger counts).
 How freely the slowest DP replica moves from step to step is reported and raises confidence.
 """
 
@@ -52,7 +53,12 @@ def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
     across DP ranks and within ranks, each step's data-dependent work unchanged."""
     mask = (stats.optype == FWD) | (stats.optype == BWD)
     factor = persistent_factor(stats)[stats.op_dp, stats.op_pp]
-    keys = (stats.op_step_index * stats.pp + stats.op_pp.astype(np.int64)) * 2 + (stats.optype == BWD)
+    # Keyed by model chunk too: with VPP the chunks of a stage differ (embedding, head) by design.
+    chunk = stats.op_gmc.astype(np.int64) + 1
+    n_chunks = int(chunk.max(initial=0)) + 1
+    keys = ((stats.op_step_index * stats.pp + stats.op_pp.astype(np.int64)) * n_chunks + chunk) * 2 + (
+        stats.optype == BWD
+    )
     base = stats.transfer
     normalised = np.where(mask, base / np.where(factor > 0, factor, 1.0), base)
     pooled = stage_groups(stats, mask, keys.astype(np.int64), values=normalised)
@@ -82,9 +88,11 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if corr_mean < CORRELATION:
         return None
     if stats.probe is not None:
-        t_bal = float(stats.probe.mean_times(rebalanced_durations(stats))[0])
-        gap = stats.probe.t_orig - stats.probe.t_ideal
-        share = (stats.probe.t_orig - t_bal) / gap if gap > 0 else 0.0
+        balanced = rebalanced_durations(stats)
+        rem = stats.probe.share(balanced)
+        # Put back only the per-microbatch deviations from the rebalanced value into the ideal run.
+        ratio = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
+        share = max(rem, stats.probe.add_share(stats.probe.ideal * ratio))
     else:
         share = min(1.0, float(np.mean(ratio)) - 1.0)
     if share < MIN_SHARE:

@@ -6,10 +6,11 @@ slow peer does not count as slow communication. Evidence, all of which must hold
 - what-if: idealising every communication op removes at least ``MIN_SHARE`` of the slowdown and
   more than idealising every compute op does;
 - localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
-  group, each worker's communication, the embedding groups and the global clip barrier — ranked by
-  their excess transfer time; the best few are idealised one by one. The one removing the most
-  slowdown is the location when it removes at least half of what fixing all communication does;
-  otherwise the slow communication is job-wide.
+  group, and each worker or host whose point-to-point transfers are at least twice as slow as the
+  typical worker's (with the collectives it takes part in) — ranked by excess transfer time; the
+  best few are idealised one by one. The most specific candidate removing at least 90% of what
+  the best one removes is the location, when that is at least half of what fixing all
+  communication does; otherwise the slow communication is job-wide.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
 
 
 def candidates(
-    stats: TraceStats, excess: npt.NDArray[np.float64], limit: int = MAX_PROBED
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    limit: int = MAX_PROBED,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
 
@@ -53,6 +56,9 @@ def candidates(
     """
     o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
     dp, pp = stats.dp, stats.pp
+    is_comm = comm_mask(stats)
+    base = type_baseline(stats, transfer, is_comm)
+    excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
     is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
@@ -65,19 +71,43 @@ def candidates(
     if dp > 1:
         per_stage = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp)
         scored += [(float(v), "dp", int(i)) for i, v in enumerate(per_stage) if v > 0]
-    is_comm = comm_mask(stats)
-    per_worker = np.bincount((d * pp + p)[is_comm], weights=excess[is_comm], minlength=dp * pp)
-    scored += [(float(v), "worker", int(i)) for i, v in enumerate(per_worker) if v > 0]
-    # A host's NIC: all communication of the traced workers on one host (when it holds several).
-    host = stats.host_of[d, p]
-    n_hosts = int(stats.host_of.max()) + 1 if stats.host_of.size else 0
-    workers_per_host = np.bincount(stats.host_of[stats.host_of >= 0].ravel(), minlength=n_hosts)
-    per_host = np.bincount(
-        host[is_comm & (host >= 0)], weights=excess[is_comm & (host >= 0)], minlength=n_hosts
+    # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
+    # as slow for every member, so only P2P can single a machine out). Candidates need their mean
+    # P2P excess per op at least twice the typical worker's.
+    cell = d * pp + p
+    p2p_sum = np.bincount(cell[is_p2p], weights=excess[is_p2p], minlength=dp * pp)
+    p2p_n = np.bincount(cell[is_p2p], minlength=dp * pp)
+    # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
+    # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
+    ratio_sum = np.bincount(
+        cell[is_p2p], weights=(transfer / np.maximum(base, 1e-12))[is_p2p], minlength=dp * pp
     )
-    scored += [
-        (float(v), "host", int(i)) for i, v in enumerate(per_host) if v > 0 and workers_per_host[i] > 1
-    ]
+    p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
+    elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
+    host = stats.host_of[d, p]
+    hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
+    in_slow_host = np.zeros(dp * pp, dtype=bool)
+    for h in np.unique(hosts_flat[elevated]):
+        members = hosts_flat == h
+        if members.sum() > 1 and elevated[members].all():
+            scored.append((float(p2p_sum[members].sum()), "host", int(h)))
+            in_slow_host |= members
+    # A single worker must also stand out from its own stage (its DP peers); a worker of a host
+    # whose every worker is slow is not a candidate of its own: the host is.
+    by_stage = p2p_ratio.reshape(dp, pp)
+    stage_median = np.median(by_stage, axis=0)
+    above_peers = (by_stage >= 2.0 * stage_median[None, :]).reshape(-1)
+    single = elevated & above_peers & ~in_slow_host
+    scored += [(float(p2p_sum[i]), "worker", int(i)) for i in np.flatnonzero(single)]
+    is_comm = comm_mask(stats)
+    dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
+    dp_slow = dp_stage_excess > 0
+
+    def with_collectives(mask: npt.NDArray[np.bool_], stages: set[int]) -> npt.NDArray[np.bool_]:
+        # Fixing a member's NIC also fixes the collectives it slows down, for every member.
+        extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
+        return mask | extra
+
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
         r, s = divmod(i, pp)
@@ -85,11 +115,27 @@ def candidates(
             out.append((f"pp link dp {r}: stage {s} <-> {s + 1}", [(r, s), (r, s + 1)], link == i))
         elif kind == "host":
             cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
-            out.append((f"all communication of host {i}", cells, is_comm & (host == i)))
+            mask = with_collectives(is_comm & (host == i), {b for _, b in cells})
+            out.append((f"all communication of host {i}", cells, mask))
         elif kind == "dp":
             out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
         else:
-            out.append((f"all communication of dp {r}/pp {s}", [(r, s)], is_comm & (d == r) & (p == s)))
+            mask = with_collectives(is_comm & (d == r) & (p == s), {s})
+            out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
+    return out
+
+
+def type_baseline(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], is_comm: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere).
+
+    Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
+    type, the method's median ideal is itself slow; the lower quartile is not."""
+    out = np.zeros_like(transfer)
+    for code in np.unique(stats.optype[is_comm]):
+        m = stats.optype == code
+        out[m] = np.percentile(transfer[m], 25)
     return out
 
 
@@ -103,10 +149,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     share_comm, share_compute = probe.fix_ratios([is_comm, ~is_comm])
     if share_comm < MIN_SHARE or share_comm <= share_compute:
         return None
-    excess = np.clip(probe.original - probe.ideal, 0.0, None) * is_comm
-    scored = candidates(stats, excess)
+    scored = candidates(stats, probe.original)
     shares = probe.fix_ratios([m for _, _, m in scored]) if scored else []
     best = int(np.argmax(shares)) if shares else -1
+    if best >= 0:
+        # Among candidates nearly as good as the best, name the most specific one.
+        near = [k for k, v in enumerate(shares) if v >= 0.9 * shares[best]]
+        best = min(near, key=lambda k: (len(scored[k][1]), -shares[k]))
     localised = best >= 0 and shares[best] >= 0.5 * share_comm
     if localised:
         name, cells, _ = scored[best]
@@ -150,7 +199,6 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "fix_share_all_compute": rounded(share_compute),
             "group": where,
             "fix_share_group": rounded(share),
-            "excess_transfer_s": rounded(float(excess.sum()) / max(stats.n_steps, 1)),
             "top_comm_optype": top_comm,
         },
         summary=summary,

@@ -65,20 +65,10 @@ def _hot_cells_on_hosts(
     ]
 
 
-@register(CauseId.STAGE_IMBALANCE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
-    """Match a hot PP row; None when the job is not slowed or no stage stands out."""
-    if report.slowdown < DECOMPOSE_THRESHOLD or stats.pp < 2:
-        return None
-    by_stage = {int(k): v for k, v in report.attribution.by_stage.items()}
-    if not by_stage:
-        return None
-    hot = max(by_stage, key=lambda s: by_stage[s])
-    ms = report.m_s_by_stage.get(str(hot))
-    m_s = ms.rem if ms is not None and ms.rem is not None else None
-
-    # Row heaviness: each DP rank's mean compute on the hot stage vs the median of the other stages.
-    comp = stats.compute.mean(axis=0)  # (dp, pp)
+def _heavy_row(
+    stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
+) -> tuple[float, float, list[int] | None] | None:
+    """(typical, max row ratio, host cluster or None) when stage ``hot``'s whole row is heavy."""
     others = np.delete(comp, hot, axis=1)
     ref = float(np.median(others)) if others.size else 0.0
     if ref <= 0:
@@ -100,6 +90,31 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
         # signature, a slow host is.
         return None
+    return row_typical, row_max, hosts
+
+
+@register(CauseId.STAGE_IMBALANCE)
+def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """Match a hot PP row; None when the job is not slowed or no stage stands out."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.pp < 2:
+        return None
+    by_stage = {int(k): v for k, v in report.attribution.by_stage.items()}
+    if not by_stage:
+        return None
+    comp = stats.compute.mean(axis=0)  # (dp, pp)
+    # Stages in order of their put-back; the first whose whole row is heavy is the candidate (a
+    # faulty worker can make another stage's put-back larger without its row being heavy).
+    for hot in sorted(by_stage, key=lambda s: -by_stage[s]):
+        if by_stage[hot] <= 1.0:
+            return None
+        row_info = _heavy_row(stats, report, comp, hot)
+        if row_info is not None:
+            break
+    else:
+        return None
+    row_typical, row_max, hosts = row_info
+    ms = report.m_s_by_stage.get(str(hot))
+    m_s = ms.rem if ms is not None and ms.rem is not None else None
 
     if stats.probe is not None:
         t_bal = float(stats.probe.mean_times(balanced_stage_durations(stats, hot))[0])

@@ -85,6 +85,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_dp=ops.dp_rank,
         op_pp=ops.stage,
         op_step_index=si,
+        op_gmc=ops.gmc,
         transfer=transfer,
         probe=probe,
     )
@@ -120,6 +121,7 @@ def _launch_idle(
 def _forward_backward(
     trace: Trace, si: npt.NDArray[np.int64]
 ) -> tuple[
+    dict[int, float],
     dict[int, float],
     npt.NDArray[np.int64],
     npt.NDArray[np.float64],
