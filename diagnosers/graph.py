@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import OPTYPE_CODE, OPTYPES, Trace, TraceError
+from diagnosers.readers.normalize import dense_ids
 
 EPS_MATCH = 5e-5  # s; clock-skew tolerance when telling no-op P2P records apart (artifact's value)
 CLAMP_NEG = 1e-2  # s; measured transfer or launch delays at or below -10 ms are set to 0
@@ -101,6 +102,7 @@ class Template:
     vpp: int
     no_ops: int = 0
     notes: list[str] = field(default_factory=list)
+    _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
     @property
     def is_comm(self) -> npt.NDArray[np.bool_]:
@@ -111,15 +113,24 @@ class Template:
         """``optype_seq_stage``, the artifact's op identity."""
         return f"{OPTYPES[int(self.optype[node])]}_{int(self.seq[node])}_{int(self.stage[node])}"
 
+    @property
+    def flat_index(self) -> npt.NDArray[np.int64]:
+        """Per row: the flat position of its (node, dp, step) cell in a C-order dense array."""
+        if self._flat is None:
+            ns = len(self.steps)
+            self._flat = (self.node_of_row * self.dp + self.dp_of_row) * ns + self.step_of_row
+        return self._flat
+
     def dense(self, values: npt.NDArray[Any], fill: float = np.nan) -> npt.NDArray[np.float64]:
         """Scatter per-row values (n_ops,) into a (n_nodes, dp, n_steps) array."""
-        out = np.full((self.n_nodes, self.dp, len(self.steps)), fill, dtype=np.float64)
-        out[self.node_of_row, self.dp_of_row, self.step_of_row] = values
-        return out
+        out = np.full(self.n_nodes * self.dp * len(self.steps), fill, dtype=np.float64)
+        out[self.flat_index] = values
+        return out.reshape(self.n_nodes, self.dp, len(self.steps))
 
     def gather(self, dense: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Per-row values from a (..., n_nodes, dp, n_steps) array (inverse of :meth:`dense`)."""
-        return dense[..., self.node_of_row, self.dp_of_row, self.step_of_row]
+        flat = dense.reshape(*dense.shape[:-3], -1)
+        return flat[..., self.flat_index]
 
 
 def _chain(edges: list[tuple[int, int]], nodes: list[int], first_after: list[int] | None = None) -> None:
@@ -139,8 +150,7 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     src = trace.sources[0] if trace.sources else None
     dp, pp = meta.dp, meta.pp
     n_types = len(OPTYPES)
-    steps_arr, step_of_row = np.unique(ops.step, return_inverse=True)
-    step_of_row = step_of_row.reshape(-1).astype(np.int64)
+    steps_arr, step_of_row = dense_ids(ops.step)
     n_steps = len(steps_arr)
     stage = ops.stage.astype(np.int64)
     optype = ops.optype.astype(np.int64)

@@ -112,8 +112,9 @@ class WhatIfEngine:
         k = d.shape[0]
         dp, ns = self.shape
         t = self.template
-        dense = np.empty((t.n_nodes, k, dp, ns))
-        dense[t.node_of_row, :, t.dp_of_row, t.step_of_row] = d.T
+        flat = np.empty((k, t.n_nodes * dp * ns))
+        flat[:, t.flat_index] = d
+        dense = np.moveaxis(flat.reshape(k, t.n_nodes, dp, ns), 1, 0)  # (n_nodes, k, dp, ns) view
         launch = None
         if launch_delay is not None:
             launch = t.dense(np.asarray(launch_delay, dtype=np.float64), fill=0.0)[:, None]

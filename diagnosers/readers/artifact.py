@@ -10,10 +10,9 @@ as the largest rank index + 1). Several files are concatenated (e.g. one per ran
 from __future__ import annotations
 
 import gzip
-import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -46,34 +45,36 @@ def sniff(path: Path, head: bytes) -> bool:
     return b"optype" in first and b"," in first and b"dp_rank" in first
 
 
-def _open_bytes(path: Path) -> bytes:
+def open_stream(path: Path) -> BinaryIO:
+    """A binary file object, transparently gunzipped."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-    except (OSError, EOFError) as exc:
+            magic = fh.read(2)
+        stream = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        return cast(BinaryIO, stream)
+    except OSError as exc:
         raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
-    return data
 
 
-def _table_from_bytes(data: bytes, kind: str, source: str) -> Any:
-    """A pyarrow Table from parquet, CSV or JSON Lines bytes."""
+def table_from_stream(stream: BinaryIO, kind: str, source: str) -> Any:
+    """A pyarrow Table from a parquet, CSV or JSON Lines stream (read from its current position)."""
     import pyarrow as pa
 
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(pa.BufferReader(data))
+            # parquet needs random access; ParquetFile reads without the dataset layer (cheaper to
+            # import for small traces)
+            return pq.ParquetFile(pa.BufferReader(stream.read())).read()
         if kind == "jsonl":
             import pyarrow.json as pj
 
-            return pj.read_json(io.BytesIO(data))
-        import pyarrow.csv as pc
+            return pj.read_json(stream)
+        import pyarrow.csv as pcsv
 
-        return pc.read_csv(io.BytesIO(data))
-    except pa.ArrowException as exc:
+        return pcsv.read_csv(stream)
+    except (pa.ArrowException, OSError, EOFError) as exc:
         raise TraceError(f"cannot parse as {kind}: {exc}", file=source) from exc
 
 
@@ -83,7 +84,6 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
     Nulls in optional columns become -1; nulls elsewhere are reported by ``normalize``.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     names = set(table.column_names)
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
@@ -97,17 +97,25 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
         if c == "optype":
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             if not pa.types.is_dictionary(col.type):
-                col = pc.cast(col, pa.string()).dictionary_encode()
+                if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                    import pyarrow.compute as pc
+
+                    col = pc.cast(col, pa.string())
+                col = col.dictionary_encode()
             if col.null_count:
                 raise TraceError("optype is empty in some rows", file=source)
             cols[c] = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             categories = [str(x) for x in col.dictionary.to_pylist()]
             continue
-        if c in OPTIONAL_COLUMNS and col.null_count:
-            col = pc.fill_null(col, -1)
         if pa.types.is_dictionary(col.type):
+            import pyarrow.compute as pc
+
             col = pc.cast(col, col.type.value_type)
-        cols[c] = col.to_numpy()
+        arr = col.to_numpy()  # nulls come back as NaN (numeric) or None (object)
+        if c in OPTIONAL_COLUMNS and col.null_count:
+            null = np.asarray([x is None for x in arr]) if arr.dtype == object else np.isnan(arr)
+            arr = np.where(null, -1, arr)
+        cols[c] = arr
     return cols, categories
 
 
@@ -119,9 +127,9 @@ def read_columns(
     cats: list[str] = []
     cat_index: dict[str, int] = {}
     for path in paths:
-        data = _open_bytes(path)
-        k = kind or _kind_of(path, data[:8])
-        table = _table_from_bytes(data, k, str(path))
+        with open_stream(path) as stream:
+            k = kind or _kind_of(path, stream.peek(8)[:8] if hasattr(stream, "peek") else b"")
+            table = table_from_stream(stream, k, str(path))
         cols, local = columns_from_table(table, str(path))
         remap = np.empty(len(local), dtype=np.int64)
         for i, name in enumerate(local):

@@ -19,11 +19,11 @@ import numpy.typing as npt
 from diagnosers.model import Trace, TraceError
 from diagnosers.readers import ReadOptions
 from diagnosers.readers.artifact import (
-    _open_bytes,
-    _table_from_bytes,
     build_meta,
     columns_from_table,
     load_meta_yaml,
+    open_stream,
+    table_from_stream,
 )
 from diagnosers.readers.normalize import normalize
 
@@ -58,9 +58,7 @@ def sniff(path: Path, head: bytes) -> bool:
     return isinstance(obj, dict) and "job" in obj
 
 
-def _split_header(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
-    stripped = data.lstrip()
-    first, _, rest = stripped.partition(b"\n")
+def _read_header(first: bytes, source: str) -> dict[str, Any]:
     try:
         header = json.loads(first)
     except ValueError as exc:
@@ -71,7 +69,7 @@ def _split_header(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
     unknown = sorted(set(job) - _JOB_KEYS)
     if unknown:
         raise TraceError(f"unknown job keys: {', '.join(unknown)}", file=source)
-    return job, rest
+    return job
 
 
 def read(paths: list[Path], options: ReadOptions) -> Trace:
@@ -80,15 +78,20 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     parts: list[dict[str, npt.NDArray[Any]]] = []
     cat_index: dict[str, int] = {}
     for path in paths:
-        data = _open_bytes(path)
-        this_job, body = _split_header(data, str(path))
-        if job is None:
-            job = this_job
-        elif this_job != job:
-            raise TraceError("job header differs from the first file's", file=str(path))
-        if not body.strip():
-            continue
-        cols, local = columns_from_table(_table_from_bytes(body, "jsonl", str(path)), str(path))
+        with open_stream(path) as stream:
+            first = stream.readline()
+            while first and not first.strip():
+                first = stream.readline()
+            this_job = _read_header(first, str(path))
+            if job is None:
+                job = this_job
+            elif this_job != job:
+                raise TraceError("job header differs from the first file's", file=str(path))
+            rest = stream.peek(1) if hasattr(stream, "peek") else b"x"
+            if not rest:
+                continue
+            table = table_from_stream(stream, "jsonl", str(path))
+        cols, local = columns_from_table(table, str(path))
         remap = np.array([cat_index.setdefault(n, len(cat_index)) for n in local], dtype=np.int64)
         cols["optype"] = remap[cols["optype"]] if len(local) else cols["optype"]
         parts.append(cols)

@@ -96,6 +96,23 @@ def _group_rank(
     return out
 
 
+def dense_ids(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``np.unique(values, return_inverse=True)`` for integer columns with few distinct values
+    (steps, ranks): a presence table over the value range instead of a sort of every row."""
+    v = np.asarray(values).astype(np.int64, copy=False)
+    if len(v) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo > 4 * len(v) + 1_000_000:
+        uniq, inv = np.unique(v, return_inverse=True)
+        return uniq.astype(np.int64), inv.reshape(-1).astype(np.int64)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[v - lo] = True
+    uniq = np.flatnonzero(present)
+    lookup = np.cumsum(present, dtype=np.int64) - 1
+    return uniq + lo, lookup[v - lo]
+
+
 def meta_from_data(columns: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> JobMeta:
     """A ``JobMeta`` whose ``dp`` / ``pp`` default to what the trace shows (max rank index + 1).
 
@@ -270,8 +287,7 @@ def normalize(
             raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
 
     # --- step multiset identical across the DP ranks of each stage
-    step_ids, step_idx = np.unique(step, return_inverse=True)
-    step_idx = step_idx.reshape(-1)
+    step_ids, step_idx = dense_ids(step)
     n_types = len(OPTYPES)
     flat = ((stage * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
     counts = np.bincount(flat, minlength=meta.pp * len(step_ids) * meta.dp * n_types).reshape(
@@ -331,11 +347,15 @@ def normalize(
     # --- canonical order: step, dp rank, stage, op type, seq_id
     max_seq = int(seq_id.max()) + 1 if m else 1
     key = (((step_idx * meta.dp + dp_rank) * meta.pp + stage) * n_types + codes) * max_seq + seq_id
-    order = np.argsort(key, kind="stable")
-    if len(np.unique(key)) != m:
+    if m > 1 and bool(np.all(key[1:] > key[:-1])):
+        order = np.arange(m)  # already in canonical order (e.g. written by this project)
+    else:
+        order = np.argsort(key, kind="stable")
         sk = key[order]
-        j = int(order[int(np.argmax(sk[1:] == sk[:-1])) + 1])
-        raise TraceError(f"duplicate seq_id {int(seq_id[j])}", **where(j))
+        dup = sk[1:] == sk[:-1]
+        if dup.any():
+            j = int(order[int(np.argmax(dup)) + 1])
+            raise TraceError(f"duplicate seq_id {int(seq_id[j])}", **where(j))
 
     ops = OpTable(
         dp_rank=dp_rank[order].astype(np.int32),

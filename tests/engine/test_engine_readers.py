@@ -285,3 +285,16 @@ def test_native_files_match_the_json_schema(tmp_path: Path) -> None:
         {"dp_rank": 0, "stage": 0, "rank": 0, "step": 0, "optype": "warp", "start_ts": 0, "duration": 1}
     )
     assert len(load_trace([path]).ops) == len(lines) - 1
+
+
+def test_nulls_in_optional_columns_become_minus_one(tmp_path: Path) -> None:
+    cols = tiny_columns(dp=1, steps=1)
+    path = tmp_path / "ops.jsonl"
+    with open(path, "w") as fh:
+        for i in range(len(cols["step"])):
+            row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
+            row["mb_id"] = 0 if row["optype"].endswith("compute") else None
+            fh.write(json.dumps(row) + "\n")
+    t = load_trace([path])
+    compute = np.isin(t.ops.optype, [OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]])
+    assert (t.ops.mb_id[compute] == 0).all() and (t.ops.mb_id[~compute] == -1).all()
