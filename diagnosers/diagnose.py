@@ -95,8 +95,10 @@ def summarize(report: WhatIfReport, causes: Sequence[CauseMatch], remedies: Sequ
 def _similar(similar: SimilarFn, causes: Sequence[CauseMatch], limit: int) -> list[SimilarIncident]:
     sigs = [c.signature() for c in causes]
     results = similar(signatures=sigs, limit=limit) if sigs else []
+    # A page object with ``results`` (the incident library's) or any iterable of hits.
+    hits = getattr(results, "results", results)
     out = []
-    for r in results or []:
+    for r in hits or []:
         get = r.get if isinstance(r, Mapping) else (lambda k, _r=r: getattr(_r, k, None))
         out.append(
             SimilarIncident(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from diagnosers.diagnose import Diagnosis, diagnose
 from diagnosers.model import JobMeta
+from diagnosers.readers import ReadOptions, load_trace
 from diagnosers.report import Attribution, RatioMetric, StepTimes, WhatIfReport, WorkerSlowdown
 
 ARTIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "straggler-artifact"
@@ -40,8 +43,13 @@ def report_from_expected_st() -> WhatIfReport:
 
     def ratio(src: dict[str, float]) -> RatioMetric:
         return RatioMetric(
-            value=src["rem"], rem=src["rem"], add=src["add"], t_rem=src["trem"], t_add=src["tadd"],
-            t_orig=src["tori"], t_ideal=src["tideal"],
+            value=src["rem"],
+            rem=src["rem"],
+            add=src["add"],
+            t_rem=src["trem"],
+            t_add=src["tadd"],
+            t_orig=src["tori"],
+            t_ideal=src["tideal"],
         )
 
     steps = sorted(int(s) for s in res["blocking_step_slowdown"])
@@ -85,3 +93,27 @@ def report_from_expected_st() -> WhatIfReport:
 @pytest.fixture(scope="session")
 def st_expected_report() -> WhatIfReport:
     return report_from_expected_st()
+
+
+@pytest.fixture(scope="session")
+def artifact_dir() -> Path:
+    return ARTIFACT
+
+
+_DIAGNOSES: dict[str, Diagnosis] = {}
+
+
+@pytest.fixture(scope="session")
+def artifact_diagnosis() -> Callable[[str], Diagnosis]:
+    """Diagnose an artifact trace by name (ST with its 9 layers per stage), cached per session."""
+
+    def get(name: str) -> Diagnosis:
+        if name not in _DIAGNOSES:
+            trace = load_trace(
+                [ARTIFACT / f"trace-{name}.parquet"], ReadOptions(meta_path=ARTIFACT / f"meta-{name}.yaml")
+            )
+            layers = [9, 9, 9, 9] if name == "ST" else None
+            _DIAGNOSES[name] = diagnose(trace, layers_per_stage=layers)
+        return _DIAGNOSES[name]
+
+    return get
