@@ -44,7 +44,7 @@ _OTHER_LANE = (6, "other")
 def _open_out(path: Path) -> IO[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".gz":
-        return gzip.open(path, "wt", encoding="utf-8")
+        return gzip.open(path, "wt", encoding="utf-8", compresslevel=6)
     return open(path, "w", encoding="utf-8")
 
 
@@ -59,7 +59,7 @@ def _records(trace: Trace, epoch: float, parsed_at: int) -> Iterator[dict[str, A
     for grp in np.split(order, breaks):
         i = int(grp[0])
         rank = int(ops.rank[i])
-        durs = [float(d) for d in ops.duration[grp]]
+        durs = ops.duration[grp].tolist()
         yield {
             "ts": parsed_at,
             "rank": rank,
@@ -67,7 +67,7 @@ def _records(trace: Trace, epoch: float, parsed_at: int) -> Iterator[dict[str, A
             "iteration": 0,
             "step": int(ops.step[i]),
             "value": float(np.mean(durs)),
-            "start_ts": [float(s) + epoch for s in ops.start_ts[grp]],
+            "start_ts": (ops.start_ts[grp] + epoch).tolist(),
             "duration": durs,
             "model_chunk": 0,
             "stage": int(ops.stage[i]),
@@ -93,24 +93,32 @@ def write_records_jsonl(trace: Trace, path: Path, *, epoch: float = 0.0, parsed_
 def write_local_timeline(trace: Trace, path: Path, *, epoch: float = 0.0) -> int:
     """Write ``LocalTimelineNDHandler``'s Chrome-trace JSON array; returns the number of X events."""
     ops = trace.ops
-    events: list[dict[str, Any]] = []
-    tids: dict[int, tuple[int, str]] = {}
-    for i in np.argsort(ops.start_ts, kind="stable"):
-        metric = OPTYPES[int(ops.optype[i])]
-        rank, dp = int(ops.rank[i]), int(ops.dp_rank[i])
-        lane, lane_name = _LANES.get(metric, _OTHER_LANE)
-        tid = rank * 10 + lane
-        tids[tid] = (dp, f"rank[{rank}] {lane_name}")
-        events.append({
-            "name": metric,
-            "cat": metric,
+    order = np.argsort(ops.start_ts, kind="stable")
+    metrics = np.asarray(OPTYPES)[ops.optype[order]].tolist()
+    ranks = ops.rank[order].tolist()
+    dps = ops.dp_rank[order].tolist()
+    steps = ops.step[order].tolist()
+    stages = ops.stage[order].tolist()
+    ts = ((ops.start_ts[order] + epoch) * 1e6).tolist()
+    durs = (ops.duration[order] * 1e6).tolist()
+    lanes = {m: _LANES.get(m, _OTHER_LANE) for m in OPTYPES}
+    events: list[dict[str, Any]] = [
+        {
+            "name": m,
+            "cat": m,
             "ph": "X",
-            "pid": dp,
-            "tid": tid,
-            "ts": (float(ops.start_ts[i]) + epoch) * 1e6,
-            "dur": float(ops.duration[i]) * 1e6,
-            "args": {"rank": rank, "step": int(ops.step[i]), "tp": 0, "pp": int(ops.stage[i])},
-        })
+            "pid": d,
+            "tid": r * 10 + lanes[m][0],
+            "ts": t,
+            "dur": u,
+            "args": {"rank": r, "step": s, "tp": 0, "pp": p},
+        }
+        for m, r, d, s, p, t, u in zip(metrics, ranks, dps, steps, stages, ts, durs, strict=True)
+    ]
+    tids: dict[int, tuple[int, str]] = {}
+    for m, r, d in set(zip(metrics, ranks, dps, strict=True)):
+        lane, lane_name = lanes[m]
+        tids[r * 10 + lane] = (d, f"rank[{r}] {lane_name}")
     n = len(events)
     for tid, (dp, name) in sorted(tids.items()):
         events.append({"name": "thread_name", "ph": "M", "pid": dp, "tid": tid, "args": {"name": name}})
@@ -121,5 +129,5 @@ def write_local_timeline(trace: Trace, path: Path, *, epoch: float = 0.0) -> int
         events.append({"name": "process_name", "ph": "M", "pid": dp, "args": {"name": f"dp rank[{dp}]"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": dp, "args": {"sort_index": dp}})
     with _open_out(Path(path)) as fh:
-        json.dump(events, fh)
+        fh.write(json.dumps(events))
     return n

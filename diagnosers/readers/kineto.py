@@ -147,22 +147,17 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
 
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
     n = len(xs)
+    # one comprehension per field: several times faster than filling arrays event by event
     name = np.empty(n, dtype=object)
+    name[:] = [str(e.get("name", "")) for e in xs]
     cat = np.empty(n, dtype=object)
+    cat[:] = [_CAT_ALIASES.get(c, c) for c in (str(e.get("cat", "")) for e in xs)]
     tid = np.empty(n, dtype=object)
-    ts = np.empty(n, dtype=np.float64)
-    dur = np.empty(n, dtype=np.float64)
-    args: list[dict[str, Any]] = []
+    tid[:] = [e.get("tid") for e in xs]
+    args: list[dict[str, Any]] = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
     try:
-        for i, e in enumerate(xs):
-            name[i] = str(e.get("name", ""))
-            c = str(e.get("cat", ""))
-            cat[i] = _CAT_ALIASES.get(c, c)
-            tid[i] = e.get("tid")
-            ts[i] = float(e["ts"])
-            dur[i] = float(e.get("dur", 0.0))
-            a = e.get("args")
-            args.append(a if isinstance(a, dict) else {})
+        ts = np.array([e["ts"] for e in xs], dtype=np.float64)
+        dur = np.array([e.get("dur", 0.0) for e in xs], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TraceError(f"event with a non-numeric ts/dur: {exc}", file=str(path), rank=rank) from exc
     base_ns = doc.get("baseTimeNanoseconds")

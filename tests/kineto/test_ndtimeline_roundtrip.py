@@ -155,3 +155,19 @@ def test_unknown_metric_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         load_trace([path])
     assert err.value.op == "my-timer"
+
+
+def test_chrome_event_without_rank_is_named(tmp_path: Path) -> None:
+    events = [
+        {"name": "forward-compute", "cat": "forward-compute", "ph": "X", "pid": 0, "tid": 0, "ts": 1.0,
+         "dur": 2.0, "args": {"rank": 0, "step": 1, "tp": 0, "pp": 0}},
+        {"name": "optimizer", "cat": "optimizer", "ph": "X", "pid": 0, "tid": 0, "ts": 5.0, "dur": 1.0,
+         "args": {"step": 1, "tp": 0, "pp": 0}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "rank[0] main"}},
+    ]
+    path = tmp_path / "trace_step1_1"
+    path.write_text(json.dumps(events))
+    with pytest.raises(TraceError) as err:
+        load_trace([path])
+    assert err.value.file == f"{path}[1]" and err.value.op == "optimizer"
+    assert "args.rank" in str(err.value)
