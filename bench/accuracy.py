@@ -25,14 +25,11 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from diagnosers.diagnose import Diagnosis, diagnose  # noqa: E402
-from diagnosers.synth import CostModel, GeneratedJob, Scenario, ScenarioSpec, Schedule, generate  # noqa: E402
-from diagnosers.synth.corpus import corpus_specs  # noqa: E402
-from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Location  # noqa: E402
+from diagnosers.diagnose import Diagnosis, diagnose
+from diagnosers.synth import CostModel, GeneratedJob, Scenario, ScenarioSpec, Schedule, generate
+from diagnosers.synth.corpus import corpus_specs
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Location
 
 S = Scenario
 NONE = "none"
@@ -83,7 +80,13 @@ def grid(quick: bool) -> list[Case]:
     for dp, pp, mb in sizes:
         for seed in seeds:
             for name, kw in singles:
-                spec_kw: dict[str, object] = {"dp": dp, "pp": pp, "microbatches": mb, "steps": 4, "seed": seed}
+                spec_kw: dict[str, object] = {
+                    "dp": dp,
+                    "pp": pp,
+                    "microbatches": mb,
+                    "steps": 4,
+                    "seed": seed,
+                }
                 spec_kw.update(kw)
                 if "host" in kw and dp * pp <= 8:  # a host needs a second host to stand out from
                     continue
@@ -93,7 +96,15 @@ def grid(quick: bool) -> list[Case]:
         for name, kw in singles:
             if "host" in kw:
                 continue
-            spec_kw = {"dp": 4, "pp": 4, "vpp": vpp, "microbatches": 8, "steps": 4, "seed": 303, "schedule": sched}
+            spec_kw = {
+                "dp": 4,
+                "pp": 4,
+                "vpp": vpp,
+                "microbatches": 8,
+                "steps": 4,
+                "seed": 303,
+                "schedule": sched,
+            }
             spec_kw.update(kw)
             cases.append(Case(f"{name}-{sched.value}", ScenarioSpec(**spec_kw)))  # type: ignore[arg-type]
     # Mixed causes (two at once).
@@ -109,6 +120,22 @@ def grid(quick: bool) -> list[Case]:
         for seed in seeds:
             spec = ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=seed + i, scenarios=mix)
             cases.append(Case(f"mixed-{'+'.join(m.value for m in mix)}-s{seed}", spec, group="mixed"))
+    # Weaker injections on other sizes and seeds: how far down the detectors still see each cause.
+    weak = {
+        S.STAGE_IMBALANCE: 1.4,
+        S.STAGE_IMBALANCE_FIRST: 1.3,
+        S.SEQUENCE_LENGTH_IMBALANCE: 16.0,
+        S.GC_PAUSE: 0.12,
+        S.FAULTY_MACHINE: 1.3,
+        S.SLOW_COMMUNICATION: 4.0,
+        S.DATALOADER_STALL: 0.15,
+    }
+    for (dp, pp, mb), seed in zip([(8, 4, 8), (4, 2, 8), (32, 2, 8)], [404, 505, 606], strict=True):
+        for sc, mag in weak.items():
+            spec = ScenarioSpec(
+                dp=dp, pp=pp, microbatches=mb, steps=4, seed=seed, scenarios=[sc], magnitude=mag
+            )
+            cases.append(Case(f"weak-{sc.value}-{dp}x{pp}", spec, group="weak"))
     # Healthy jobs with heavy noise: must never be called a faulty machine.
     noisy = CostModel(op_sigma=0.05, worker_sigma=0.01, tail_prob=0.01, tail_scale=0.3, hiccup_prob=0.01)
     for seed in seeds:
@@ -166,7 +193,7 @@ def score(case: Case, job: GeneratedJob, diag: Diagnosis, seconds: float) -> Out
         predicted=predicted,
         top1_ok=top1_ok,
         recall=recall,
-        location_ok=loc_ok,
+        location_ok={str(k): v for k, v in loc_ok.items()},
         false_causes=[p for p in predicted if p not in labels],
         detectable=detectable,
         seconds=seconds,
@@ -186,7 +213,8 @@ def run(cases: list[Case], verbose: bool = False) -> list[Outcome]:
             flag = "ok " if o.top1_ok and all(o.location_ok.values()) and not o.false_causes else "BAD"
             print(
                 f"  {flag} {case.name:44s} S={o.slowdown:.3f} true={job.true_slowdown:.3f} "
-                f"labels={o.labels} got={[(c.id.value, c.confidence) for c in diag.causes]} loc={o.location_ok}",
+                f"labels={o.labels} got={[(c.id.value, c.confidence) for c in diag.causes]} "
+                f"loc={o.location_ok}",
                 file=sys.stderr,
             )
     return out
@@ -217,6 +245,22 @@ def summarize(outcomes: list[Outcome]) -> dict[str, object]:
         "below_threshold_called_none": sum(not o.predicted for o in below),
         "mean_diagnose_seconds": sum(o.seconds for o in outcomes) / max(len(outcomes), 1),
         "confusion": {k: dict(v) for k, v in confusion.items()},
+        "by_group": {
+            g: {
+                "jobs": len(os_),
+                "top1": sum(o.top1_ok for o in os_) / len(os_),
+                "location": (lambda ls: sum(ls) / len(ls) if ls else None)(
+                    [ok for o in os_ for ok in o.location_ok.values()]
+                ),
+            }
+            for g in sorted({o.case.group for o in det})
+            for os_ in [[o for o in det if o.case.group == g]]
+        },
+        "misses": [
+            f"{o.case.name}: labels {o.labels}, diagnosed {o.predicted}, location {o.location_ok}"
+            for o in det
+            if not o.top1_ok or not all(o.location_ok.values()) or o.false_causes
+        ],
     }
 
 
@@ -224,9 +268,14 @@ def confusion_table(conf: dict[str, dict[str, int]]) -> str:
     order = [NONE, *[c.value for c in CauseId if c != CauseId.NONE]]
     rows = [r for r in order if r in conf]
     cols = [c for c in order if any(c in conf[r] for r in rows)]
-    short = {c: c.replace("sequence-length-imbalance", "seq-len").replace("slow-communication", "slow-comm")
-             .replace("dataloader-stall", "dataloader").replace("stage-imbalance", "stage-imb")
-             .replace("faulty-machine", "faulty") for c in order}
+    short = {
+        c: c.replace("sequence-length-imbalance", "seq-len")
+        .replace("slow-communication", "slow-comm")
+        .replace("dataloader-stall", "dataloader")
+        .replace("stage-imbalance", "stage-imb")
+        .replace("faulty-machine", "faulty")
+        for c in order
+    }
     head = "| label \\ top-1 | " + " | ".join(short[c] for c in cols) + " |"
     sep = "|---|" + "---|" * len(cols)
     lines = [head, sep]
@@ -249,17 +298,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"jobs: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
-          f"{summary['below_threshold_jobs']} below threshold)")
-    for key in ("top1_accuracy", "cause_recall", "location_accuracy", "healthy_false_alarm_rate",
-                "jobs_with_spurious_cause", "spurious_causes_per_job"):
+    print(
+        f"jobs: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
+        f"{summary['below_threshold_jobs']} below threshold)"
+    )
+    for key in (
+        "top1_accuracy",
+        "cause_recall",
+        "location_accuracy",
+        "healthy_false_alarm_rate",
+        "jobs_with_spurious_cause",
+        "spurious_causes_per_job",
+    ):
         print(f"{key:28s} {float(summary[key]):.3f}")  # type: ignore[arg-type]
     print(f"{'faulty_machine_on_healthy':28s} {summary['faulty_machine_on_healthy']}")
-    print(f"{'below_threshold_called_none':28s} {summary['below_threshold_called_none']} of "
-          f"{summary['below_threshold_jobs']}")
+    print(
+        f"{'below_threshold_called_none':28s} {summary['below_threshold_called_none']} of "
+        f"{summary['below_threshold_jobs']}"
+    )
     print(f"{'mean_diagnose_seconds':28s} {float(summary['mean_diagnose_seconds']):.3f}")  # type: ignore[arg-type]
     print()
+    for g, v in summary["by_group"].items():  # type: ignore[attr-defined]
+        loc = "n/a" if v["location"] is None else f"{v['location']:.3f}"
+        print(f"group {g:8s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
+    print()
     print(confusion_table(summary["confusion"]))  # type: ignore[arg-type]
+    print()
+    print(f"wall time {summary['wall_seconds']} s")
     return 0
 
 
