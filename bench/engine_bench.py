@@ -14,6 +14,7 @@ and are written as parquet + meta yaml (and native JSON Lines) into a temporary 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -86,7 +87,7 @@ def breakdown(path: Path) -> None:
         f"\nin-process, {len(trace.ops):,} ops: read {t1 - t0:.2f} s, graph + measurement {t2 - t1:.2f} s, "
         f"analyze {t3 - t2:.2f} s ({eng.template.n_nodes} template nodes)"
     )
-    for (ta, msg), (tb, _) in zip(phases, phases[1:], strict=False):
+    for (ta, msg), (tb, _) in itertools.pairwise(phases):
         print(f"  {msg}: {tb - ta:.3f} s")
 
 
