@@ -49,12 +49,17 @@ def run_child_rusage(args: list[str]) -> tuple[float, float, dict[str, object]]:
 def synth_job(
     folder: Path, dp: int, pp: int, mb: int, steps: int, native: bool
 ) -> tuple[Path, Path | None, int]:
-    from diagnosers.synth import ScenarioSpec, generate
+    from diagnosers.synth import Scenario, ScenarioSpec, generate
     from diagnosers.writers import write_meta_yaml, write_native, write_parquet
 
     job = generate(
         ScenarioSpec(
-            dp=dp, pp=pp, microbatches=mb, steps=steps, scenarios=["faulty-machine"], worker=(1, pp // 2)
+            dp=dp,
+            pp=pp,
+            microbatches=mb,
+            steps=steps,
+            scenarios=[Scenario.FAULTY_MACHINE],
+            worker=(1, pp // 2),
         )
     )
     name = f"dp{dp}-pp{pp}-mb{mb}"
