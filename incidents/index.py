@@ -23,7 +23,7 @@ import bisect
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -112,12 +112,18 @@ def concept_tokens(case: Case) -> list[tuple[str, str]]:
 
 @dataclass
 class Posting:
-    """Cases containing one token: their indices, best field weight and a bitmask of the fields."""
+    """Cases containing one token (sorted indices), their best field weight and a field bitmask."""
 
     cases: np.ndarray
     weights: np.ndarray
     masks: np.ndarray
-    by_case: dict[int, tuple[float, int]] = field(repr=False)
+
+    def lookup(self, i: int) -> tuple[float, int] | None:
+        """(weight, field mask) of case ``i``, or None when the token is not in that case."""
+        k = int(np.searchsorted(self.cases, i))
+        if k < len(self.cases) and self.cases[k] == i:
+            return float(self.weights[k]), int(self.masks[k])
+        return None
 
 
 @dataclass
@@ -173,31 +179,32 @@ class SearchIndex:
         for tok, per_case in raw.items():
             idx = np.fromiter(per_case.keys(), dtype=np.int32, count=len(per_case))
             vals = np.array(list(per_case.values()), dtype=np.float64).reshape(-1, 2)
+            # cases were visited in order, so each posting's case indices are already sorted
             self.postings[tok] = Posting(
                 cases=idx, weights=vals[:, 0].astype(np.float32), masks=vals[:, 1].astype(np.int32),
-                by_case={int(k): (float(v[0]), int(v[1])) for k, v in per_case.items()},
             )
         self.vocab = sorted(t for t in self.postings if ":" not in t and not _is_number(t))
         self._vocab_set = frozenset(self.postings)
 
-        # tf-idf postings for text similarity: token -> (case indices, normalised weights)
+        self._idf = {tok: math.log(1.0 + self.n / len(p.cases)) for tok, p in self.postings.items()}
+        self._idf_unseen = math.log(1.0 + self.n / 0.5)
+
+        # tf-idf vectors (unit length) per case, and as postings for text similarity
         self.tfidf: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        norms = np.zeros(self.n)
+        self.doc_vectors: list[dict[str, float]] = []
         cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+        idf, log = self._idf, math.log
         for i, tf in enumerate(doc_tf):
-            for tok, count in tf.items():
-                w = (1.0 + math.log(count)) * self.idf(tok)
-                cols[tok][0].append(i)
-                cols[tok][1].append(w)
-                norms[i] += w * w
-        norms = np.sqrt(np.maximum(norms, 1e-12))
+            vec = {tok: (1.0 + log(count)) * idf[tok] for tok, count in tf.items()}
+            norm = math.sqrt(sum(w * w for w in vec.values())) or 1.0
+            for tok in vec:
+                vec[tok] /= norm
+                col = cols[tok]
+                col[0].append(i)
+                col[1].append(vec[tok])
+            self.doc_vectors.append(vec)
         for tok, (ix, ws) in cols.items():
-            ia = np.array(ix, dtype=np.int32)
-            self.tfidf[tok] = (ia, np.array(ws) / norms[ia])
-        self.doc_vectors = [
-            {tok: (1.0 + math.log(c)) * self.idf(tok) / norms[i] for tok, c in tf.items()}
-            for i, tf in enumerate(doc_tf)
-        ]
+            self.tfidf[tok] = (np.array(ix, dtype=np.int32), np.array(ws))
 
         # filter arrays
         self.category_idx = np.array([CATEGORIES.index(c.category) for c in cases], dtype=np.int16)
@@ -212,6 +219,15 @@ class SearchIndex:
         self.headline = [utils.default_process(" ".join([c.title, *c.aliases])) for c in cases]
         self.dates = [c.date for c in cases]
         self._candidates = lru_cache(maxsize=4096)(self._candidates_uncached)
+        self._concept_cache: dict[tuple[str, ...], np.ndarray] = {}
+        # vocabulary by word length: fuzz.ratio >= 80 needs the shorter word to be at least 2/3
+        # of the longer one, so a query word is only compared with words of similar length
+        self._pools: dict[int, list[str]] = {}
+        self._by_length: dict[int, list[str]] = defaultdict(list)
+        for tok in self.vocab:
+            self._by_length[len(tok)].append(tok)
+        # sort keys: newer first, then id order
+        self.date_key = np.array([_date_ordinal(c.date) for c in cases], dtype=np.int64)
 
     # --- statistics ------------------------------------------------------------------------------
 
@@ -220,8 +236,8 @@ class SearchIndex:
         return 0 if p is None else len(p.cases)
 
     def idf(self, token: str) -> float:
-        """Smoothed inverse document frequency; an unseen token gets the largest value."""
-        return math.log(1.0 + self.n / max(self.df(token), 0.5))
+        """Smoothed inverse document frequency log(1 + N/df); an unseen token gets the largest value."""
+        return self._idf.get(token, self._idf_unseen)
 
     # --- query parsing ---------------------------------------------------------------------------
 
@@ -242,12 +258,19 @@ class SearchIndex:
                     found[tok] = max(found.get(tok, 0.0), PREFIX_SIMILARITY)
         if len(q) >= 4 or (hangul and len(q) >= 3):
             cutoff = 80.0 if len(q) >= 6 else 85.0
-            for tok, ratio, _ in process.extract(
-                q, self.vocab, scorer=fuzz.ratio, score_cutoff=cutoff, limit=12
-            ):
+            pool = self._pool(len(q))
+            for tok, ratio, _ in process.extract(q, pool, scorer=fuzz.ratio, score_cutoff=cutoff, limit=12):
                 if tok != q:
                     found[tok] = max(found.get(tok, 0.0), (ratio / 100.0) ** 2)
         return tuple(sorted(found.items(), key=lambda kv: -kv[1]))
+
+    def _pool(self, length: int) -> list[str]:
+        """Vocabulary words whose length allows fuzz.ratio >= 80 with a word of ``length``."""
+        pool = self._pools.get(length)
+        if pool is None:
+            lo, hi = math.ceil(2 * length / 3), (3 * length) // 2
+            pool = self._pools[length] = [t for n in range(lo, hi + 1) for t in self._by_length.get(n, ())]
+        return pool
 
     def parse(self, query: str) -> list[Term]:
         """Split a query into terms; synonym phrases (longest first, typo-tolerant) become concepts."""
@@ -294,11 +317,16 @@ class SearchIndex:
         return best
 
     def _concept_mask(self, targets: tuple[str, ...]) -> np.ndarray:
+        cached = self._concept_cache.get(targets)
+        if cached is not None:
+            return cached
         mask = np.zeros(self.n, dtype=bool)
         for target in targets:
             p = self.postings.get(target)
             if p is not None:
                 mask[p.cases] = True
+        mask.flags.writeable = False
+        self._concept_cache[targets] = mask
         return mask
 
     # --- scoring ---------------------------------------------------------------------------------
@@ -307,10 +335,13 @@ class SearchIndex:
         best = np.zeros(self.n, dtype=np.float32)
         for tok, sim in cands:
             p = self.postings[tok]
-            np.maximum.at(best, p.cases, p.weights * (sim / MAX_WEIGHT))
+            # a posting lists each case once, so plain fancy indexing is exact (and far faster
+            # than np.maximum.at)
+            best[p.cases] = np.maximum(best[p.cases], p.weights * (sim / MAX_WEIGHT))
         return best
 
-    def score(self, query: str, candidates: np.ndarray | None = None) -> Scored:
+    def score(self, query: str, allowed: np.ndarray | None = None, *, need: int = 10,
+              floor: float = 0.0) -> Scored:
         """Score every case for ``query``: 0..100 = 100 x coverage x (0.85 + 0.15 x headline fit).
 
         Coverage of a term is the best (similarity x field weight / 3) over its matching tokens; a
@@ -330,10 +361,17 @@ class SearchIndex:
             total_idf += term.idf
         if total_idf > 0:
             cover /= total_idf
+        if allowed is not None:
+            cover = np.where(allowed, cover, 0.0)
         scores = 85.0 * cover
+        # The headline fit can raise a score from 85c to at most 100c. It is computed only where
+        # that can change the outcome: cases that could reach the top ``need`` (their 100c is at
+        # least the need-th best lower bound 85c) and cases near the ``floor`` cut-off.
         live = np.flatnonzero(cover > 0)
-        if candidates is not None:
-            live = np.intersect1d(live, candidates, assume_unique=False)
+        if live.size > need:
+            kth = np.partition(scores[live], live.size - need)[live.size - need]
+            upper = 100.0 * cover[live]
+            live = live[(upper >= kth) | ((upper >= floor) & (scores[live] < floor))]
         if live.size:
             q = utils.default_process(query)
             fit = process.cdist([q], [self.headline[i] for i in live], scorer=fuzz.token_set_ratio,
@@ -350,14 +388,15 @@ class SearchIndex:
             if term.targets:
                 for target in term.targets:
                     p = self.postings.get(target)
-                    if p is not None and i in p.by_case:
+                    found = None if p is None else p.lookup(i)
+                    if found is not None:
                         reasons.append(f"'{term.text}' means {target.replace(':', ' ', 1)}")
-                        fields_mask |= p.by_case[i][1]
+                        fields_mask |= found[1]
                         break
             for tok_text, cands in zip(term.tokens, term.candidates, strict=True):
                 best: tuple[float, str, int] | None = None
                 for tok, sim in cands:
-                    hit = self.postings[tok].by_case.get(i)
+                    hit = self.postings[tok].lookup(i)
                     if hit is not None:
                         value = sim * hit[0]
                         if best is None or value > best[0]:
@@ -397,6 +436,13 @@ class SearchIndex:
                 best, sim = cands[0]
                 counts[best] += sim
         return {tok: (1.0 + math.log(max(c, 1.0))) * self.idf(tok) for tok, c in counts.items()}
+
+
+def _date_ordinal(date: str) -> int:
+    """YYYY[-MM[-DD]] (first date of a range) as an int that sorts chronologically."""
+    parts = [int(x) for x in date.split(" ")[0].split("-")]
+    year, month, day = (*parts, 0, 0)[:3]
+    return year * 10000 + month * 100 + day
 
 
 def _word_matches(query_tok: str, phrase_tok: str) -> bool:

@@ -232,15 +232,15 @@ def search_incidents(
                               year_from=year_from, year_to=year_to)
     mask = filter_mask(lib, filters)
     idx = lib.index
-    scored = idx.score(query, candidates=np.flatnonzero(mask))
-    scores = np.where(mask, scored.scores, 0.0)
+    scored = idx.score(query, allowed=mask, need=offset + limit, floor=MIN_SCORE)
+    scores = scored.scores
     hits = np.flatnonzero(scores >= MIN_SCORE)
     if not scored.terms:
         hits = hits[:0]
-    # rank: score desc, then newer date, then id (cases are stored in id order)
-    order = sorted(hits.tolist(), key=lambda i: (-round(float(scores[i]), 1), _neg_date(idx.dates[i]), i))
-    total = len(order)
-    page = order[offset: offset + limit]
+    # rank: score desc (to the shown precision), then newer date, then id (cases are in id order)
+    order = hits[np.lexsort((hits, -idx.date_key[hits], -np.round(scores[hits], 1)))]
+    total = int(order.size)
+    page = order[offset: offset + limit].tolist()
     results = []
     for i in page:
         reasons, matched = idx.explain(i, scored.terms)
@@ -252,12 +252,6 @@ def search_incidents(
     elif not results:
         message = f"offset {offset} is past the last match ({total} in total)."
     return IncidentResults(total=total, results=results, next_offset=nxt, message=message)
-
-
-def _neg_date(date: str) -> tuple[int, ...]:
-    # sort newer first: negate the numeric parts of YYYY[-MM[-DD]]
-    nums = [int(x) for x in date[:10].split(" ")[0].split("-")]
-    return tuple(-x for x in (*nums, 0, 0)[:3])
 
 
 def get_incident(case_id: str, *, library: Library | None = None) -> Case:
@@ -288,10 +282,10 @@ def list_incidents(
         filters = IncidentFilters(**filters)
     lib = library or load_library()
     idx = lib.index
-    hits = np.flatnonzero(filter_mask(lib, filters)).tolist()
-    order = sorted(hits, key=lambda i: (_neg_date(idx.dates[i]), i))
-    total = len(order)
-    page = order[offset: offset + limit]
+    hits = np.flatnonzero(filter_mask(lib, filters))
+    order = hits[np.lexsort((hits, -idx.date_key[hits]))]
+    total = int(order.size)
+    page = order[offset: offset + limit].tolist()
     nxt = offset + limit if offset + limit < total else None
     message = None
     if total == 0:
