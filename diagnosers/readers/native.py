@@ -91,6 +91,8 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
             if not rest:
                 continue
             table = table_from_stream(stream, "jsonl", str(path))
+        if table.num_rows == 0:
+            continue
         cols, local = columns_from_table(table, str(path))
         remap = np.array([cat_index.setdefault(n, len(cat_index)) for n in local], dtype=np.int64)
         cols["optype"] = remap[cols["optype"]] if len(local) else cols["optype"]
