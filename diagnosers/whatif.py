@@ -321,41 +321,43 @@ def _ratio_metric(
     )
 
 
-def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]], restore: bool) -> Array:
-    """Step times (len(workers), S) with only one worker's ops put back (``restore``) into the ideal
-    run, or idealised in the original run. One scenario per worker; DP ranks other than the worker's
-    are identical within a scenario, so they are simulated as a single representative rank."""
+MAX_COLUMNS = 1 << 18  # scenario x dp x step cells per array in one pass (2 MiB of float64)
+
+
+def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
+    """Step times (len(workers), S) with only one worker's ops put back into the ideal run.
+
+    One scenario per worker. Within a scenario every DP rank but the worker's runs the ideal, so the
+    other ranks are simulated as one representative rank (two DP columns instead of dp). Scenarios
+    are batched so that one pass holds at most ``MAX_COLUMNS`` cells per array.
+    """
     t = eng.template
     dp, ns = eng.shape
-    k = len(workers)
-    if k == 0:
-        return np.zeros((0, ns))
     dcol = 2 if dp > 1 else 1
-    w_dp = np.array([w[0] for w in workers])
-    w_st = np.array([w[1] for w in workers])
-    by_stage = {s: np.flatnonzero(w_st == s) for s in range(t.pp)}
     orig, ideal = eng.orig_dense, eng.ideal_node
-    if restore:
+    out_times = np.zeros((len(workers), ns))
+    chunk = max(1, MAX_COLUMNS // (dcol * ns))
+    for lo in range(0, len(workers), chunk):
+        block = workers[lo : lo + chunk]
+        k = len(block)
+        w_dp = np.array([w[0] for w in block])
+        w_st = np.array([w[1] for w in block])
+        by_stage = {s: np.flatnonzero(w_st == s) for s in range(t.pp)}
 
-        def src(v: int) -> Array:
+        def src(
+            v: int,
+            k: int = k,
+            w_dp: npt.NDArray[np.int64] = w_dp,
+            by_stage: dict[int, npt.NDArray[np.int64]] = by_stage,
+        ) -> Array:
             out = np.full((k, dcol, ns), ideal[v])
             idx = by_stage[int(t.stage[v])]
             if len(idx):
                 out[idx, 0, :] = orig[v][w_dp[idx]]
             return out
 
-        return eng.simulate_dense(src, k, dp=dcol)
-
-    # idealise one worker in the original run: the other DP ranks keep their own values, so the DP
-    # axis stays whole here
-    def src_rem(v: int) -> Array:
-        out = np.broadcast_to(orig[v][None], (k, dp, ns)).copy()
-        idx = by_stage[int(t.stage[v])]
-        if len(idx):
-            out[idx, w_dp[idx], :] = ideal[v]
-        return out
-
-    return eng.simulate_dense(src_rem, k)
+        out_times[lo : lo + k] = eng.simulate_dense(src, k, dp=dcol)
+    return out_times
 
 
 def _subset_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> tuple[float, float]:
@@ -478,7 +480,7 @@ def analyze(
     exact_set = ranked if exact_top_k is None else ranked[: max(0, exact_top_k)]
     exact: dict[tuple[int, int], float] = {}
     if exact_set:
-        ex_times = _worker_runs(eng, exact_set, restore=True)
+        ex_times = _worker_runs(eng, exact_set)
         for w, row in zip(exact_set, ex_times.mean(axis=1) / t_id, strict=True):
             exact[w] = float(row)
     if exact_top_k is not None and len(exact_set) < len(all_workers):

@@ -11,6 +11,7 @@ import json
 import math
 from functools import cache
 
+import numpy as np
 import pytest
 
 from diagnosers.readers import load_trace
@@ -149,3 +150,22 @@ def test_scenarios_idealise_a_subset() -> None:
     times = eng.simulate([eng.original, eng.ideal])
     assert times[0] == pytest.approx(eng.nodelay_step_times)
     assert times[1] == pytest.approx([eng.ideal_step_time] * len(eng.steps))
+
+
+def test_per_worker_runs_in_small_batches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    import diagnosers.whatif as whatif
+
+    trace = load_trace([artifact_trace("SE")])
+    eng = build_engine(trace)
+    workers = [(d, s) for s in range(2) for d in range(32)]
+    whole = whatif._worker_runs(eng, workers)
+    monkeypatch.setattr(whatif, "MAX_COLUMNS", 43 * 2 * 5)  # 5 scenarios per pass
+    np.testing.assert_allclose(whatif._worker_runs(eng, workers), whole, rtol=1e-12)
+    # the collapsed two-column run equals a full-width run with every DP rank present
+    d, s = 8, 1
+    full = eng.orig_dense.copy()
+    mask = np.ones(full.shape[:2], dtype=bool)
+    mask[eng.template.stage == s, d] = False
+    full[mask] = np.broadcast_to(eng.ideal_node[:, None, None], full.shape)[mask]
+    exact = eng.simulate_dense(lambda v: full[v][None], 1)[0]
+    np.testing.assert_allclose(whole[workers.index((d, s))], exact, rtol=1e-12)
