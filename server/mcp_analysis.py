@@ -46,6 +46,15 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
     async def run(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kw))
 
+    async def memoised(key: tuple[str, ...], fn: Callable[[], Any]) -> Any:
+        """A result already in memory is answered on the event loop; otherwise ``fn`` runs in a
+        worker thread and its value is remembered."""
+        L = lens()
+        hit = L.peek(*key)
+        if hit is not None:
+            return hit
+        return L.memo(key, await run(fn))
+
     @mcp.tool(title="What-if analysis", annotations=READ_ONLY)
     @tool_errors
     async def run_whatif(
@@ -74,14 +83,19 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         relay = ProgressRelay(ctx)
         selector = {"optypes": optypes, "dp_ranks": dp_ranks, "pp_ranks": pp_ranks, "steps": steps}
         wants_scenario = any(v is not None for v in selector.values()) or free_comm
+        key = ("view:whatif", trace_id, repr(sorted(selector.items())), str(free_comm))
+        hit = L.peek(*key)
+        if hit is not None:
+            return hit
         await relay.step(0.0, "loading the trace")
         report = await run(L.whatif, trace_id, scaled(relay, 0.0, 0.9) if wants_scenario else relay)
         scenario = None
         if wants_scenario:
             await relay.step(0.95, "running the scenario")
             scenario = await run(L.scenario, trace_id, free_comm=free_comm, **selector)
+        result = await run(whatif_result, trace_id, report, scenario)
         await relay.step(1.0, "done")
-        return whatif_result(trace_id, report, scenario)
+        return L.memo(key, result)
 
     @mcp.tool(title="Slowdown heatmap (DP x PP)", annotations=READ_ONLY)
     @tool_errors
@@ -130,12 +144,15 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         The shape of `straggler-lens diagnose --json`, with long lists capped (see `truncated`);
         the full document is at GET /api/traces/{trace_id}/diagnosis.
         """
-        L = lens()
         relay = ProgressRelay(ctx)
-        await relay.step(0.0, "loading the trace")
-        diag = await run(L.diagnosis, trace_id, relay)
+        L = lens()
+
+        def compute() -> DiagnosisView:
+            return diagnosis_view(trace_id, L.diagnosis(trace_id, relay))
+
+        view: DiagnosisView = await memoised(("view:diagnosis", trace_id), compute)
         await relay.step(1.0, "done")
-        return diagnosis_view(trace_id, diag)
+        return view
 
     @mcp.tool(title="Classify straggler patterns", annotations=READ_ONLY)
     @tool_errors
@@ -143,16 +160,22 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         """The causes whose signature matches this trace, ranked by confidence, with their spatial /
         temporal / resource pattern, location and the evidence numbers."""
         L = lens()
-        diag = await run(L.diagnosis, trace_id, ProgressRelay(ctx))
-        return patterns_view(trace_id, diag)
+        relay = ProgressRelay(ctx)
+        view: PatternsView = await memoised(
+            ("view:patterns", trace_id), lambda: patterns_view(trace_id, L.diagnosis(trace_id, relay))
+        )
+        return view
 
     @mcp.tool(title="Suggest remedies", annotations=READ_ONLY)
     @tool_errors
     async def suggest_remedies(trace_id: TraceId, ctx: Context[Any]) -> RemediesView:
         """What to do about each detected cause, with the speedup a what-if run of the fix predicts."""
         L = lens()
-        diag = await run(L.diagnosis, trace_id, ProgressRelay(ctx))
-        return remedies_view(trace_id, diag)
+        relay = ProgressRelay(ctx)
+        view: RemediesView = await memoised(
+            ("view:remedies", trace_id), lambda: remedies_view(trace_id, L.diagnosis(trace_id, relay))
+        )
+        return view
 
     @mcp.resource("trace://{trace_id}/diagnosis", mime_type="application/json", title="Stored diagnosis")
     async def diagnosis_resource(trace_id: str) -> str:

@@ -117,20 +117,25 @@ async def list_traces(request: Request) -> Response:
 async def get_trace(request: Request) -> Response:
     lens = lens_of(request)
     tid = request.path_params["trace_id"]
-    info = await anyio.to_thread.run_sync(lambda: lens.info(lens.record(tid)))
-    return JSONResponse(info.model_dump())
+    return JSONResponse(lens.info(lens.record(tid)).model_dump())
+
+
+async def result_document(request: Request, kind: str) -> Response:
+    """The stored JSON document as is (hot documents come from memory, without a thread hop)."""
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    body = lens.peek("json", kind, tid)
+    if body is None:
+        body = await anyio.to_thread.run_sync(lens.result_json, kind, tid)
+    return Response(body, media_type="application/json")
 
 
 async def get_whatif(request: Request) -> Response:
-    lens = lens_of(request)
-    report = await anyio.to_thread.run_sync(lens.whatif, request.path_params["trace_id"])
-    return JSONResponse(report.model_dump(mode="json"))
+    return await result_document(request, "whatif")
 
 
 async def get_diagnosis(request: Request) -> Response:
-    lens = lens_of(request)
-    diag = await anyio.to_thread.run_sync(lens.diagnosis, request.path_params["trace_id"])
-    return JSONResponse(diag.model_dump(mode="json"))
+    return await result_document(request, "diagnosis")
 
 
 async def get_heatmap_png(request: Request) -> Response:

@@ -69,6 +69,7 @@ class Lens:
         self._engines: OrderedDict[str, Any] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._memo: OrderedDict[tuple[str, ...], Any] = OrderedDict()
         self._locks_lock = threading.Lock()
 
     # -- locks and caches ----------------------------------------------------------------------
@@ -83,6 +84,33 @@ class Lens:
             self._traces.move_to_end(trace_id)
             while len(self._traces) > self.settings.trace_cache_size:
                 self._traces.popitem(last=False)
+
+    def peek(self, *key: str) -> Any:
+        """A parsed result or view already in memory, else None. Cheap enough for the event loop:
+        hot reads skip the worker threads, whose GIL hand-offs dominate latency under load."""
+        with self._cache_lock:
+            value = self._memo.get(key)
+            if value is not None:
+                self._memo.move_to_end(key)
+            return value
+
+    def memo(self, key: tuple[str, ...], value: Any) -> Any:
+        with self._cache_lock:
+            self._memo[key] = value
+            self._memo.move_to_end(key)
+            while len(self._memo) > 64 * max(1, self.settings.trace_cache_size):
+                self._memo.popitem(last=False)
+        return value
+
+    def result_json(self, kind: str, trace_id: str) -> str:
+        """The cached JSON document of a result (computing it first when needed), for REST."""
+        body = self.peek("json", kind, trace_id)
+        if body is None:
+            getattr(self, kind)(trace_id)
+            body = self.store.get_result(trace_id, kind, "")
+            assert body is not None
+            self.memo(("json", kind, trace_id), body)
+        return str(body)
 
     # -- traces --------------------------------------------------------------------------------
 
@@ -216,7 +244,11 @@ class Lens:
                 raise trace_error(exc) from exc
             return str(report.model_dump_json())
 
-        return WhatIfReport.model_validate_json(self._cached(rec.id, "whatif", "", compute))
+        hit = self.peek("whatif", rec.id)
+        if hit is not None:
+            return hit
+        body = self._cached(rec.id, "whatif", "", compute)
+        return self.memo(("whatif", rec.id), WhatIfReport.model_validate_json(body))
 
     def scenario(self, trace_id: str, **selector: Any) -> Any:
         """One what-if scenario (``diagnosers.whatif.run_scenario``), cached by its selector."""
@@ -234,7 +266,11 @@ class Lens:
 
         from diagnosers.report import ScenarioResult
 
-        return ScenarioResult.model_validate_json(self._cached(rec.id, "scenario", key, compute))
+        hit = self.peek("scenario", rec.id, key)
+        if hit is not None:
+            return hit
+        body = self._cached(rec.id, "scenario", key, compute)
+        return self.memo(("scenario", rec.id, key), ScenarioResult.model_validate_json(body))
 
     def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""
@@ -257,7 +293,11 @@ class Lens:
                 raise trace_error(exc) from exc
             return str(result.model_dump_json())
 
-        return Diagnosis.model_validate_json(self._cached(rec.id, "diagnosis", "", compute))
+        hit = self.peek("diagnosis", rec.id)
+        if hit is not None:
+            return hit
+        body = self._cached(rec.id, "diagnosis", "", compute)
+        return self.memo(("diagnosis", rec.id), Diagnosis.model_validate_json(body))
 
     def heatmap(self, trace_id: str, step: int | None = None) -> tuple[bytes, Any, str]:
         """(PNG bytes, ``Heatmap``, text grid) of the job heatmap, or of one step's heatmap.

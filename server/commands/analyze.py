@@ -39,9 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--cp", type=int, default=None, help="context-parallel size")
     p.add_argument("--vpp", type=int, default=None, help="model chunks per stage (interleaved 1F1B)")
     p.add_argument("--gpus-per-host", type=int, default=None, help="GPUs per host (default 8)")
-    p.add_argument(
-        "--layers-per-stage", type=_int_list, default=None, metavar="N,N,...", help="e.g. 9,9,9,9"
-    )
+    p.add_argument("--layers-per-stage", type=_int_list, default=None, metavar="N,N,...", help="e.g. 9,9,9,9")
     p.add_argument(
         "--exact-top-k",
         type=int,
