@@ -226,6 +226,14 @@ class SearchIndex:
         self._by_length: dict[int, list[str]] = defaultdict(list)
         for tok in self.vocab:
             self._by_length[len(tok)].append(tok)
+        # curated links in both directions: a case is related to those it lists and those listing it
+        self.linked: dict[int, set[int]] = defaultdict(set)
+        for i, case in enumerate(cases):
+            for rel in case.related:
+                j = self.position.get(rel)
+                if j is not None:
+                    self.linked[i].add(j)
+                    self.linked[j].add(i)
         # sort keys: newer first, then id order
         self.date_key = np.array([_date_ordinal(c.date) for c in cases], dtype=np.int64)
 

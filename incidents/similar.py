@@ -56,7 +56,7 @@ class _Probe:
     category: str | None = None
     text: dict[str, float] = field(default_factory=dict)
     exclude: str | None = None
-    related: set[str] = field(default_factory=set)
+    related: set[int] = field(default_factory=set)
     derived: list[str] = field(default_factory=list)
 
 
@@ -152,7 +152,7 @@ def similar_incidents(
         probe.tags = {t.casefold() for t in src.tags}
         probe.category = src.category
         probe.text = dict(idx.doc_vectors[idx.position[src.id]])
-        probe.related = set(src.related) | {c.id for c in idx.cases if src.id in c.related}
+        probe.related = idx.linked.get(idx.position[src.id], set())
     for raw in signatures or ():
         sig = raw if isinstance(raw, CauseSignature) else CauseSignature.model_validate(raw)
         if sig.cause is CauseId.NONE:
@@ -213,8 +213,10 @@ def similar_incidents(
         return IncidentResults(total=0, results=[], next_offset=None, message=_NOTHING)
     total_weight = sum(WEIGHTS[k] for k in parts)
     combined = sum((WEIGHTS[k] * v for k, v in parts.items()), np.zeros(idx.n)) / total_weight
-    related_mask = np.array([c.id in probe.related for c in idx.cases], dtype=bool) if probe.related else None
-    if related_mask is not None:
+    related_mask = None
+    if probe.related:
+        related_mask = np.zeros(idx.n, dtype=bool)
+        related_mask[list(probe.related)] = True
         combined = combined + RELATED_BONUS * related_mask
     scores = np.clip(combined, 0.0, 1.0) * 100.0
     if probe.exclude is not None:
