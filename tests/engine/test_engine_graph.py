@@ -208,3 +208,16 @@ def test_unpaired_p2p_is_rejected() -> None:
         build_template(edited(trace, keep=~drop))
     assert info.value.op in ("backward-send", "backward-recv")
     assert info.value.rank is not None
+
+
+def test_missing_first_forward_recv_on_stage_0_is_tolerated() -> None:
+    job = generate(ScenarioSpec(dp=2, pp=4, vpp=2, schedule="interleaved", microbatches=8, steps=2))
+    ops = job.trace.ops
+    first = (ops.stage == 0) & (ops.optype == OPTYPE_CODE["forward-recv"]) & (ops.seq_id == 0)
+    assert first.sum() == 4  # one per DP rank and step
+    trace2 = edited(job.trace, keep=~first)
+    t = build_template(trace2)
+    # recv #k now feeds forward compute #k+1 on stage 0
+    assert "forward-recv_0_0" in deps_of(t, "forward-compute_1_0")
+    r1, r2 = analyze(job.trace), analyze(trace2)
+    assert r2.slowdown == pytest.approx(r1.slowdown, rel=0.01)
