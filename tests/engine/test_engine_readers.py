@@ -298,3 +298,34 @@ def test_nulls_in_optional_columns_become_minus_one(tmp_path: Path) -> None:
     t = load_trace([path])
     compute = np.isin(t.ops.optype, [OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]])
     assert (t.ops.mb_id[compute] == 0).all() and (t.ops.mb_id[~compute] == -1).all()
+
+
+def test_several_files_are_one_job(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(DATA / "trace-ST.parquet")
+    steps = np.asarray(table.column("step"))
+    first = steps < 300
+    pq.write_table(table.filter(first), tmp_path / "part-a.parquet")
+    # the second part as gzipped CSV with optype as plain strings
+    import pyarrow.csv as pcsv
+
+    rest = table.filter(~first)
+    rest = rest.set_column(
+        rest.schema.get_field_index("optype"), "optype", rest.column("optype").cast("string")
+    )
+    pcsv.write_csv(rest, tmp_path / "part-b.csv")
+    with open(tmp_path / "part-b.csv", "rb") as src, gzip.open(tmp_path / "part-b.csv.gz", "wb") as dst:
+        dst.write(src.read())
+    (tmp_path / "part-b.csv").unlink()
+    with pytest.raises(TraceError, match=r"cannot tell|cannot parse"):
+        load_trace([tmp_path / "part-a.parquet", tmp_path / "part-b.csv.gz"], ReadOptions(format="parquet"))
+    whole = load_trace([tmp_path / "part-a.parquet", DATA / "meta-ST.yaml"])
+    assert whole.steps == [s for s in load_trace([DATA / "trace-ST.parquet"]).steps if s < 300]
+    both = load_trace(
+        [tmp_path / "part-a.parquet", tmp_path / "part-b.csv.gz"],
+        ReadOptions(meta_path=DATA / "meta-ST.yaml"),
+    )
+    ref = load_trace([DATA / "trace-ST.parquet"])
+    np.testing.assert_array_equal(both.ops.optype, ref.ops.optype)
+    np.testing.assert_allclose(both.ops.duration, ref.ops.duration)
