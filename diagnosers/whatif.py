@@ -88,6 +88,7 @@ class WhatIfEngine:
     start_dense: Array
     notes: list[str] = field(default_factory=list)
     _nodelay: Array | None = None
+    _ideal: float | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -136,7 +137,11 @@ class WhatIfEngine:
     @property
     def ideal_step_time(self) -> float:
         """T_ideal: every op at its type's typical duration (identical for every step)."""
-        return float(simulate(self.template, lambda v: self.ideal_node[v], (1, 1, 1)).step_times[0, 0])
+        if self._ideal is None:
+            self._ideal = float(
+                simulate(self.template, lambda v: self.ideal_node[v], (1, 1, 1)).step_times[0, 0]
+            )
+        return self._ideal
 
     def launch_step_times(self) -> Array:
         """Simulated step times with original durations *and* measured launch delays."""
@@ -395,8 +400,9 @@ def analyze(
 
     ``exact_top_k`` restricts the exact per-worker runs to the K workers with the highest
     estimate (the report records it); None runs every worker exactly. ``progress(fraction,
-    message)`` is called between phases. Attributions are computed whatever S is; ``decomposed``
-    only says whether S reaches the artifact's 1.03 threshold.
+    message)`` is called between phases. ``engine`` reuses an engine already built for this trace.
+    Attributions are computed whatever S is; ``decomposed`` only says whether S reaches the
+    artifact's 1.03 threshold.
     """
 
     def tick(f: float, msg: str) -> None:
