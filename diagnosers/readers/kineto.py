@@ -200,17 +200,25 @@ class Layout:
     source: str
 
 
+# Megatron-core's group descriptions (parallel_state.py), matched exactly: it also creates mixed
+# groups such as TENSOR_AND_DATA_PARALLEL_GROUP or DATA_PARALLEL_GROUP_WITH_CP that must not count.
+MEGATRON_GROUPS: dict[str, str] = {
+    "DATA_PARALLEL_GROUP": "dp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+}
+# Short names a user may give (dp, dp_stage0, pp-1, tp3, ...).
+SHORT_GROUP_RE = re.compile(r"^(dp|pp|tp|cp)(?:[_\-.]|\d|$)", re.IGNORECASE)
+
+
 def _group_kind(desc: str) -> str | None:
-    d = desc.lower()
-    if "pipeline" in d or re.match(r"^pp(?:[_-]|\d|$)", d):
-        return "pp"
-    if "tensor" in d or re.match(r"^tp(?:[_-]|\d|$)", d):
-        return "tp"
-    if "context" in d or re.match(r"^cp(?:[_-]|\d|$)", d):
-        return "cp"
-    if ("data_parallel" in d or "data-parallel" in d or re.match(r"^dp(?:[_-]|\d|$)", d)) and "cp" not in d:
-        return "dp"
-    return None
+    """Which parallel dimension a ``pg_config`` group description names, if any."""
+    kind = MEGATRON_GROUPS.get(desc.strip().upper())
+    if kind:
+        return kind
+    m = SHORT_GROUP_RE.match(desc.strip())
+    return m.group(1).lower() if m else None
 
 
 def layout_from(files: Sequence[RankFile], options: ReadOptions) -> Layout:

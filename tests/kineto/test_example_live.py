@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnosers.diagnose import diagnose
 from diagnosers.readers import load_trace
 
 pytest.importorskip(
@@ -39,3 +40,6 @@ def test_live_two_stage_job_records_a_readable_trace(tmp_path: Path) -> None:
     slow = trace.ops.duration[fwd & (trace.ops.rank == 0)]
     other = trace.ops.duration[fwd & (trace.ops.rank == 1)]
     assert slow.min() >= 0.04 and slow.mean() > other.mean() + 0.02
+    # and the whole pipeline runs on it: what-if report and diagnosis over both workers
+    d = diagnose(trace)
+    assert len(d.report.attribution.by_worker) == 2 and d.summary

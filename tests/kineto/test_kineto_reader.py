@@ -176,7 +176,10 @@ def test_layout_from_pg_config_beats_megatron_default(tmp_path: Path) -> None:
         pp = [0, 1] if r < 2 else [2, 3]
         dp = [r % 2, r % 2 + 2]
         pg = [{"pg_name": "1", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": pp},
-              {"pg_name": "2", "pg_desc": "DATA_PARALLEL_GROUP", "ranks": dp}]
+              {"pg_name": "2", "pg_desc": "DATA_PARALLEL_GROUP", "ranks": dp},
+              # mixed Megatron groups are not a parallel dimension of their own
+              {"pg_name": "3", "pg_desc": "TENSOR_AND_DATA_PARALLEL_GROUP", "ranks": dp},
+              {"pg_name": "4", "pg_desc": "DATA_PARALLEL_GROUP_WITH_CP", "ranks": [0, 1, 2, 3]}]
         files.append(write(tmp_path / f"r{r}.json", doc([], rank=r, world=4, pg_config=pg)))
     parsed = [parse_file(p, i) for i, p in enumerate(files)]
     lay = layout_from(parsed, ReadOptions())
@@ -284,3 +287,25 @@ def test_gpu_user_annotations_are_preferred_for_named_spans(tmp_path: Path) -> N
     names = trace.ops.optype_names()
     assert np.allclose(trace.ops.duration[names == "forward-compute"], 4000e-6)
     assert any("gpu_user_annotation" in n for n in trace.notes)
+
+
+def test_plain_mode_skips_p2p_and_reads_old_category_names(tmp_path: Path) -> None:
+    # PyTorch 1.8-1.10 spelled categories "Operator"; gloo:send/recv are pipeline traffic, not DP
+    paths = []
+    for r in range(2):
+        ev = [
+            span("ProfilerStep#1", 0, 5000),
+            span("aten::mm", 10, 800, cat="Operator"),
+            span("## backward ##", 1000, 2000),
+            span("aten::mm", 1100, 1200, cat="Operator"),
+            span("gloo:send", 2400, 100),
+            span("gloo:all_reduce", 2600, 300, tid=9),
+        ]
+        paths.append(write(tmp_path / f"rank{r}.json", doc(ev, rank=r, world=2,
+                                                           base_ns=1_700_000_000_000_000_000)))
+    trace = load_trace(paths)
+    names = trace.ops.optype_names()
+    assert (names == "grads-reduce-scatter").sum() == 2  # one all_reduce per rank, no send
+    assert np.allclose(trace.ops.duration[names == "forward-compute"], 800e-6)
+    assert np.allclose(trace.ops.duration[names == "backward-compute"], 1200e-6)
+    assert any("point-to-point" in n for n in trace.notes)
