@@ -56,8 +56,12 @@ def open_stream(path: Path) -> BinaryIO:
         raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
 
 
-def table_from_stream(stream: BinaryIO, kind: str, source: str) -> Any:
-    """A pyarrow Table from a parquet, CSV or JSON Lines stream (read from its current position)."""
+def table_from_stream(stream: BinaryIO, kind: str, source: str, *, typed_json: bool = False) -> Any:
+    """A pyarrow Table from a parquet, CSV or JSON Lines stream (read from its current position).
+
+    ``typed_json`` parses JSON Lines with the op-table column types given (the native format
+    promises them), which skips type inference; other fields are still inferred.
+    """
     import pyarrow as pa
 
     try:
@@ -70,6 +74,23 @@ def table_from_stream(stream: BinaryIO, kind: str, source: str) -> Any:
         if kind == "jsonl":
             import pyarrow.json as pj
 
+            if typed_json:
+                schema = pa.schema(
+                    [
+                        ("dp_rank", pa.int64()),
+                        ("stage", pa.int64()),
+                        ("rank", pa.int64()),
+                        ("step", pa.int64()),
+                        ("optype", pa.string()),
+                        ("start_ts", pa.float64()),
+                        ("duration", pa.float64()),
+                        ("seq_id", pa.int64()),
+                        ("mc", pa.int64()),
+                        ("gmc", pa.int64()),
+                        ("mb_id", pa.int64()),
+                    ]
+                )
+                return pj.read_json(stream, parse_options=pj.ParseOptions(explicit_schema=schema))
             return pj.read_json(stream)
         import pyarrow.csv as pcsv
 

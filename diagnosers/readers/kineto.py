@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.model import JobMeta, NameClass, Trace, TraceError, classify_name
+from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
 from diagnosers.readers import ReadOptions, read_head
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -70,6 +70,8 @@ _CAT_ALIASES: dict[str, str] = {
 P2P_COLLECTIVE_NAMES: frozenset[str] = frozenset({"send", "recv", "_send", "_recv", "sendrecv"})
 P2P_CPU_NAMES: frozenset[str] = frozenset({"gloo:send", "gloo:recv", "nccl:send", "nccl:recv"})
 KERNEL_OP_RE = re.compile(r"nccl(?:Symk)?(?:Dev)?Kernel_([A-Za-z]+)")
+
+P2P_NAMES: frozenset[str] = frozenset(P2P_OPTYPES)
 
 _FWD, _BWD, _OPT = 0, 1, 2
 _PHASE_COMPUTE = ("forward-compute", "backward-compute", "optimizer")
@@ -532,6 +534,40 @@ def _describe_names(files: Sequence[RankFile]) -> str:
     return "user annotations found: " + ", ".join(f"{n!r}" for n, _ in c.most_common(12))
 
 
+_RECV_FORWARD = ("forward-recv", "backward-send-forward-recv", "forward-send-forward-recv")
+
+
+def _infer_pipeline(files: Sequence[RankFile], options: ReadOptions, layout: Layout) -> Layout:
+    """A pipeline layout from named P2P spans when nothing else gave one.
+
+    Ranks that never receive activations (no ``forward-recv`` or batched recv) are the first stage;
+    with Megatron's rank order they are ranks ``0 .. dp*tp*cp - 1``. Returns ``layout`` unchanged
+    when there are no P2P spans or the guess does not fit the world size.
+    """
+    named = [modelled_names(f, ["user_annotation", "gpu_user_annotation"]) for f in files]
+    if not any(classify_name(n) is NameClass.BATCHED or n in P2P_NAMES for c in named for n in c):
+        return layout
+    first = sorted(
+        f.rank for f, c in zip(files, named, strict=True) if not any(n in c for n in _RECV_FORWARD)
+    )
+    per_stage = len(first)
+    if not per_stage or first != list(range(per_stage)) or layout.world_size % per_stage:
+        return layout
+    pp = layout.world_size // per_stage
+    dp = per_stage // (layout.tp * layout.cp) if per_stage % (layout.tp * layout.cp) == 0 else 0
+    if pp < 2 or not dp:
+        return layout
+    try:
+        guessed = layout_from(files, ReadOptions(dp=dp, pp=pp, tp=options.tp, cp=options.cp))
+    except TraceError:
+        return layout
+    guessed.source = (
+        f"named P2P spans: ranks {_ranges(first)} never receive activations, so they are stage 0 "
+        "(Megatron rank order assumed; name the process groups or pass --pp to be sure)"
+    )
+    return guessed
+
+
 def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any], JobMeta, list[str]]:
     """Parse the files into raw op columns (names not yet mapped), job meta and notes."""
     if not paths:
@@ -539,6 +575,8 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
     files = [parse_file(p, i) for i, p in enumerate(paths)]
     notes: list[str] = []
     layout = layout_from(files, options)
+    if layout.pp == 1 and options.pp is None:
+        layout = _infer_pipeline(files, options, layout)
     notes.append(f"layout dp={layout.dp} pp={layout.pp} tp={layout.tp} cp={layout.cp} from {layout.source}")
     dropped = [f.rank for f in files if layout.coords[f.rank] is None]
     kept = [f for f in files if layout.coords[f.rank] is not None]

@@ -90,7 +90,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
             rest = stream.peek(1) if hasattr(stream, "peek") else b"x"
             if not rest:
                 continue
-            table = table_from_stream(stream, "jsonl", str(path))
+            table = table_from_stream(stream, "jsonl", str(path), typed_json=True)
         if table.num_rows == 0:
             continue
         cols, local = columns_from_table(table, str(path))
