@@ -6,7 +6,8 @@ first forward (METHOD.md A3, A5). Evidence, all of which must hold:
 - launch slowdown above 1.05: the study discarded traces whose simulation error exceeded 5% as
   unexplained, so more than that is time the dependency model cannot account for;
 - the per worker-step idle gap before the first forward, on the workers that stall, accounts
-  for at least half of that unexplained time;
+  for at least half of that unexplained time, and for at least ``MIN_SHARE`` of all lost time
+  (measured step time over the ideal one);
 Stalling workers are those whose mean gap is at least half the largest worker's; stalling steps
 those whose largest gap is at least half the largest step's.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosers.detectors.base import CauseMatch, TraceStats, categories_for, confidence, rounded
+from diagnosers.detectors.base import MIN_SHARE, CauseMatch, TraceStats, categories_for, confidence, rounded
 from diagnosers.detectors.registry import register
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
@@ -59,6 +60,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # over the ideal one) that the stall accounts for.
     t_ideal = float(np.mean(list(report.step_times.ideal.values()))) if report.step_times.ideal else t_actual
     lost_share = stall / (t_actual - t_ideal) if t_actual > t_ideal else 1.0
+    if lost_share < MIN_SHARE:
+        return None  # real, but a small part of the lost time: not a cause worth an alert
     fit = 0.8 + 0.2 * min(1.0, share)
     summary = (
         f"Steps take {report.launch_slowdown:.3f}x the time the dependency model explains (launch "

@@ -8,6 +8,9 @@ Evidence, all of which must hold:
 - persistence: in at least 3/4 of the steps, each hot cell's compute exceeds its stage peers'
   median by at least half its own typical excess (uniform noise moves from step to step);
 - all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
+  or, with lower confidence, at least 90% of the worker's forwards (or backwards) take 1.2x or
+  more their stage's median — slow kernels on every microbatch, which no data imbalance or
+  sporadic pause produces;
 - what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
   slowdown (the host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a
   host has in small jobs, and is reported as evidence).
@@ -33,6 +36,9 @@ from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
 PERSIST_FRACTION = 0.75
+# A machine slow in only some kernels (e.g. forwards) must be slow in nearly all of them.
+CONSISTENT_FRACTION = 0.9
+SLOW_OP = 1.2
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -101,6 +107,30 @@ def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
     return stats.worker_mask(cells) & is_compute
 
 
+def consistently_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
+    """The smallest, over the cells, of the larger of two fractions: the cell's forwards (or its
+    backwards) that take at least ``SLOW_OP`` times their (stage, chunk) median."""
+    worst = 1.0
+    for d, p in cells:
+        best = 0.0
+        for code in (FWD, BWD):
+            here = (stats.optype == code) & (stats.op_dp == d) & (stats.op_pp == p)
+            peers = (stats.optype == code) & (stats.op_pp == p)
+            if not here.any():
+                continue
+            chunk = stats.op_gmc[here]
+            frac = 0.0
+            total = 0
+            for g in np.unique(chunk):
+                typical = float(np.median(stats.transfer[peers & (stats.op_gmc == g)]))
+                vals = stats.transfer[here][chunk == g]
+                frac += float((vals >= SLOW_OP * typical).sum())
+                total += len(vals)
+            best = max(best, frac / max(total, 1))
+        worst = min(worst, best)
+    return worst
+
+
 def optimizer_ratio(stats: TraceStats, cells: list[tuple[int, int]]) -> float | None:
     """Mean optimizer time of the cells over their peers' (None without optimizer ops)."""
     if not (stats.optimizer > 0).any():
@@ -137,7 +167,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells)
-    if opt_ratio is not None and opt_ratio - 1.0 < 0.25 * (peer_ratio - 1.0):
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio - 1.0)
+    consistent = None if opt_slow else consistently_slow(stats, cells)
+    if consistent is not None and consistent < CONSISTENT_FRACTION:
+        # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
         return None
 
     masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
@@ -154,6 +187,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     m_w = report.m_w.rem if report.m_w is not None else None
     n_steps = max(stats.n_steps, 1)
     fit = 0.6 + 0.25 * min(1.0, (persist - 0.5) / 0.5) + (0.15 if share >= 0.5 else 0.0)
+    if not opt_slow:
+        fit *= 0.75  # only some compute types are slow: weaker evidence for the hardware
     ambiguous = hosts is not None and len(whole_rows) == 1 and len(rows) == 1
     if ambiguous and rows[0] in (0, stats.pp - 1):
         # The host holds exactly the first or last stage: a heavy stage looks the same. Stage
@@ -169,7 +204,12 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
         f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio:.2f}x the stage peers' "
         f"in {persist * 100:.0f}% of the {n_steps} steps"
-        + (f", the optimizer step {opt_ratio:.2f}x" if opt_ratio is not None else "")
+        + (
+            ""
+            if opt_ratio is None
+            else f", the optimizer step {opt_ratio:.2f}x"
+            + ("" if opt_slow else " (normal: only some kernels slow)")
+        )
         + f", while the rest of the grid is cold. Idealising only {'it' if one else 'them'} removes "
         f"{share * 100:.0f}% of the slowdown ({compute_share * 100:.0f}% from compute alone). Every "
         "collective and pipeline transfer waits for this machine; check its GPU health, clocks and "
@@ -192,6 +232,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "peer_compute_ratio": rounded(peer_ratio),
             "optimizer_ratio": rounded(opt_ratio) if opt_ratio is not None else None,
             "persistent_step_fraction": rounded(persist),
+            "consistently_slow_op_fraction": rounded(consistent) if consistent is not None else None,
             "fix_share": rounded(share),
             "fix_share_compute": rounded(compute_share),
             "m_w": rounded(m_w) if m_w is not None else None,

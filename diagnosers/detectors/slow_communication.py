@@ -10,7 +10,8 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   typical worker's (with the collectives it takes part in) — ranked by excess transfer time; the
   best few are idealised one by one. The most specific candidate removing at least 90% of what
   the best one removes is the location, when that is at least half of what fixing all
-  communication does; otherwise the slow communication is job-wide.
+  communication does; otherwise the slow communication is job-wide, reported only when the job
+  is straggling (S >= 1.1): uniformly jittery transfers alone are not a straggler.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def candidates(
     host = stats.host_of[d, p]
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
-    for h in np.unique(hosts_flat[elevated]):
+    n_hosts = len(np.unique(hosts_flat[hosts_flat >= 0]))
+    for h in np.unique(hosts_flat[elevated]) if n_hosts >= 2 else []:
         members = hosts_flat == h
         if members.sum() > 1 and elevated[members].all():
             scored.append((float(p2p_sum[members].sum()), "host", int(h)))
@@ -169,6 +171,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         loc = stats.location(cells)
         where = name
     else:
+        # Unlocalised transfer slowness is what noisy shared networks look like too; call it a cause
+        # only when the job is straggling (S >= 1.1).
+        if not report.straggling:
+            return None
         share = share_comm
         spatial = Spatial.JOB_WIDE
         loc = stats.location([(r, s) for r in range(stats.dp) for s in range(stats.pp)])
