@@ -29,9 +29,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diagnosers.vocab import CauseSignature, Pattern  # noqa: E402
-from incidents import Library, load_library, search_incidents, similar_incidents  # noqa: E402
-from incidents.library import PACKAGE_DIR  # noqa: E402
+from diagnosers.vocab import CauseSignature, Pattern
+from incidents import Library, load_library, search_incidents, similar_incidents
+from incidents.library import PACKAGE_DIR
 
 TARGET_P95_MS = 50.0
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -48,14 +48,17 @@ def generate_cases(real: Library, n: int, seed: int = 7) -> list[dict[str, Any]]
     base = list(real.cases.values())
     words = sorted({w for c in base for w in c.summary.split() if w.isalpha() and len(w) > 3})
     fillers = [_pseudo_word(rng) for _ in range(20000)]
-    orgs = [f"{_pseudo_word(rng).title()} {rng.choice(['Labs', 'AI', 'Cloud', 'Research'])}" for _ in range(400)]
+    kinds = ["Labs", "AI", "Cloud", "Research"]
+    orgs = [f"{_pseudo_word(rng).title()} {rng.choice(kinds)}" for _ in range(400)]
     tags = [f"{_pseudo_word(rng)}-{_pseudo_word(rng)}" for _ in range(1500)]
     out = []
     for k in range(n):
         src = base[k % len(base)]
         title_words = src.title.split()
         rng.shuffle(title_words)
-        body_extra = " ".join(rng.choice(fillers) if rng.random() < 0.5 else rng.choice(words) for _ in range(60))
+        body_extra = " ".join(
+            rng.choice(fillers) if rng.random() < 0.5 else rng.choice(words) for _ in range(60)
+        )
         year = rng.randint(2015, 2026)
         data = src.model_dump(mode="json", exclude={"related", "aliases"})
         data.update(
@@ -78,7 +81,8 @@ def write_library(cases: list[dict[str, Any]], root: Path) -> Path:
         (cases_dir / f"{data['id']}.yaml").write_text(
             yaml.dump(data, Dumper=_Dumper, allow_unicode=True, sort_keys=False), encoding="utf-8"
         )
-    (root / "topics.yaml").write_text((PACKAGE_DIR / "topics.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    topics = (PACKAGE_DIR / "topics.yaml").read_text(encoding="utf-8")
+    (root / "topics.yaml").write_text(topics, encoding="utf-8")
     return cases_dir
 
 
@@ -100,7 +104,7 @@ def _queries(rng: random.Random, lib: Library) -> list[str]:
 
 def _percentiles(samples_ms: list[float]) -> tuple[float, float, float]:
     s = sorted(samples_ms)
-    p95 = s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]
+    p95 = s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
     return statistics.median(s), p95, s[-1]
 
 
@@ -115,19 +119,18 @@ def bench_library(name: str, lib: Library, load_s: float, repeat: int, rng: rand
     _ = lib.index
     index_s = time.perf_counter() - t0
     queries = _queries(rng, lib)
-    cold = [_timed(lambda q=q: search_incidents(q, library=lib)) for q in queries]  # type: ignore[misc]
-    warm = [
-        _timed(lambda q=q: search_incidents(q, library=lib))  # type: ignore[misc]
-        for _ in range(repeat) for q in queries
-    ]
-    filtered = [
-        _timed(lambda q=q: search_incidents(q, year_from=2020, topic="stragglers", library=lib))  # type: ignore[misc]
-        for q in queries
-    ]
-    ids = list(lib.cases)
-    sim_case = [_timed(lambda i=i: similar_incidents(i, library=lib)) for i in rng.sample(ids, 30)]  # type: ignore[misc]
-    probe = [CauseSignature(cause="faulty-machine", pattern=Pattern(spatial="single-worker", temporal="persistent",
-                                                                    resource="compute"))]
+    def search(q: str, **filters: Any) -> Callable[[], object]:
+        return lambda: search_incidents(q, library=lib, **filters)
+
+    def similar(case_id: str) -> Callable[[], object]:
+        return lambda: similar_incidents(case_id, library=lib)
+
+    cold = [_timed(search(q)) for q in queries]
+    warm = [_timed(search(q)) for _ in range(repeat) for q in queries]
+    filtered = [_timed(search(q, year_from=2020, topic="stragglers")) for q in queries]
+    sim_case = [_timed(similar(i)) for i in rng.sample(list(lib.cases), 30)]
+    shape = Pattern(spatial="single-worker", temporal="persistent", resource="compute")
+    probe = [CauseSignature(cause="faulty-machine", pattern=shape)]
     sim_diag = [_timed(lambda: similar_incidents(signatures=probe, library=lib)) for _ in range(30)]
     return {
         "name": name, "cases": len(lib), "load_s": load_s, "index_s": index_s, "queries": len(queries),
