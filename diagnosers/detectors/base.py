@@ -160,6 +160,7 @@ class TraceStats:
     op_gmc: npt.NDArray[np.int32]  # global model chunk (-1 where not applicable)
     transfer: npt.NDArray[np.float64]  # per op: the engine's original duration (transfer time for comm)
     probe: Probe | None = None
+    layers_per_stage: list[int] | None = None  # from the job metadata, when known
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -136,6 +136,19 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     fit = 0.7 + 0.15 * dominance + (0.15 if (m_s or 0.0) >= 0.5 else 0.0)
     if second > 1.0 and (second - 1.0) > 0.5 * (by_stage[hot] - 1.0):
         fit -= 0.2  # a second stage is nearly as hot: the row is not a clean single-stage signature
+    layers = stats.layers_per_stage
+    stage_comp = stats.compute.mean(axis=(0, 1))
+    explained = False
+    if layers is not None and min(layers) > 0:
+        per_layer = stage_comp / np.asarray(layers, dtype=np.float64)
+        # The partition explains the heavy stage when its compute per layer is like the others'.
+        explained = bool(per_layer[hot] <= 1.1 * float(np.median(np.delete(per_layer, hot))))
+    middle = hot not in (0, stats.pp - 1)
+    if middle and not explained:
+        # The known mechanisms are the embedding (first stage), the loss head (last stage) or a
+        # partition that gives a stage more layers; a heavy middle stage with none of them is
+        # weaker evidence (with one DP rank, a slow machine fills the row the same way).
+        fit *= 0.7
     if hosts is not None:
         summary_host = f" The stage sits exactly on host {hosts[0]}, so a slow host would look the same."
     else:

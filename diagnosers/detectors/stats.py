@@ -88,6 +88,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_gmc=ops.gmc,
         transfer=transfer,
         probe=probe,
+        layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
     )
 
 
