@@ -628,6 +628,18 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             f"ops from record_function spans with Megatron/NDTimeline names ({cat}); "
             "gloo/NCCL events inside them are not counted separately"
         )
+        other: Counter[str] = Counter()
+        for f in kept:
+            for nm in f.name[f.cat == cat]:
+                if classify_name(nm) is NameClass.UNKNOWN and not STEP_RE.fullmatch(nm.strip()):
+                    other[nm] += 1
+        if other:
+            notes.append(
+                f"not modelled, left out: {sum(other.values())} other {cat} spans ("
+                + ", ".join(f"{n!r} x{c}" for n, c in other.most_common(6))
+                + (", ..." if len(other) > 6 else "")
+                + ")"
+            )
         collectives = set()
     else:
         note_set: set[str] = set()

@@ -120,3 +120,22 @@ def test_dataloader_stall_is_found_on_the_stalled_rank() -> None:
     assert (dps, pps, ranks) == ([1], [0], [1])
     # op durations stay normal: the stall lives in the launch gap, not in the simulated slowdown
     assert d.report.launch_slowdown > 1.5 and d.report.slowdown < 1.2
+
+
+def test_pipeline_layout_is_inferred_without_named_groups(tmp_path: Path) -> None:
+    # the same recording with pg_config removed (groups created without group_desc)
+    import gzip
+
+    for src in sorted((DATA / "slow-rank" / "traces").glob("*.json.gz")):
+        with gzip.open(src, "rt") as fh:
+            d = json.load(fh)
+        del d["distributedInfo"]["pg_config"]
+        with gzip.open(tmp_path / src.name, "wt") as fh:
+            json.dump(d, fh)
+    ref, _, _ = _load("slow-rank")
+    trace = load_trace([tmp_path])
+    assert (trace.meta.dp, trace.meta.pp) == (2, 2)
+    assert any("never receive activations" in n for n in trace.notes)
+    assert np.array_equal(trace.ops.stage, ref.ops.stage)
+    assert np.array_equal(trace.ops.dp_rank, ref.ops.dp_rank)
+    assert np.array_equal(trace.ops.duration, ref.ops.duration)
