@@ -29,9 +29,10 @@ _SCRIPT = Path(sys.executable).parent / "straggler-lens"
 CLI = [str(_SCRIPT), "analyze"] if _SCRIPT.exists() else [sys.executable, "-m", "server.cli", "analyze"]
 
 
-def run_child_rusage(args: list[str]) -> tuple[float, float, dict[str, object]]:
-    """(wall seconds, peak RSS MiB, parsed JSON) of one ``analyze --json`` child process, reaped
-    with ``os.wait4`` so the peak RSS is that child's own."""
+def run_child_rusage(args: list[str]) -> tuple[float, float, float, dict[str, object]]:
+    """(wall s, CPU s, peak RSS MiB, parsed JSON) of one ``analyze --json`` child process, reaped
+    with ``os.wait4`` so CPU time and peak RSS are that child's own. CPU time (user + system) is
+    the steadier number on a shared machine."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([*CLI, *args, "--json"], stdout=out, stderr=err)
@@ -43,7 +44,7 @@ def run_child_rusage(args: list[str]) -> tuple[float, float, dict[str, object]]:
             raise RuntimeError(f"analyze failed: {err.read().decode()[-2000:]}")
         out.seek(0)
         data = json.loads(out.read())
-    return wall, usage.ru_maxrss / 1024.0, data
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, data
 
 
 def synth_job(
@@ -69,11 +70,10 @@ def synth_job(
     return pq, nat, len(job.trace.ops)
 
 
-def row(label: str, n_ops: int, workers: int, wall: float, rss: float, data: dict[str, object]) -> str:
-    return (
-        f"| {label} | {n_ops:,} | {workers:,} | {wall:.2f} | {rss:,.0f} | {float(data['slowdown']):.3f} "  # type: ignore[arg-type]
-        f"| {n_ops / wall / 1e6:.2f} |"
-    )
+def row(label: str, n_ops: int, workers: int, run: tuple[float, float, float, dict[str, object]]) -> str:
+    wall, cpu, rss, data = run
+    slowdown = float(data["slowdown"])  # type: ignore[arg-type]
+    return f"| {label} | {n_ops:,} | {workers:,} | {wall:.2f} | {cpu:.2f} | {rss:,.0f} | {slowdown:.3f} |"
 
 
 def breakdown(path: Path) -> None:
@@ -101,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--large", action="store_true")
     a = ap.parse_args(argv)
-    print("| trace | ops | workers | wall s | peak RSS MiB | S | Mops/s |")
+    print("| trace | ops | workers | wall s | CPU s | peak RSS MiB | S |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, workers in (("ST", 8), ("AR", 16), ("SE", 64)):
-        wall, rss, data = run_child_rusage([str(artifact_trace(name))])
-        print(row(f"artifact {name} (parquet)", int(data["n_ops"]), workers, wall, rss, data), flush=True)  # type: ignore[call-overload]
+        run = run_child_rusage([str(artifact_trace(name))])
+        n_ops = int(run[3]["n_ops"])  # type: ignore[call-overload]
+        print(row(f"artifact {name} (parquet)", n_ops, workers, run), flush=True)
     if a.quick:
         return 0
     sizes = [(128, 8, 32, 10)] + ([(128, 16, 64, 10)] if a.large else [])
@@ -113,31 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         big: Path | None = None
         for dp, pp, mb, steps in sizes:
             pq, nat, n_ops = synth_job(Path(tmp), dp, pp, mb, steps, native=(dp, pp) == (128, 8))
-            wall, rss, data = run_child_rusage([str(pq)])
-            print(
-                row(
-                    f"synthetic dp {dp} × pp {pp} × {mb} mb × {steps} steps (parquet)",
-                    n_ops,
-                    dp * pp,
-                    wall,
-                    rss,
-                    data,
-                ),
-                flush=True,
-            )
+            run = run_child_rusage([str(pq)])
+            label = f"synthetic dp {dp} × pp {pp} × {mb} mb × {steps} steps (parquet)"
+            print(row(label, n_ops, dp * pp, run), flush=True)
             if nat is not None:
-                wall, rss, data = run_child_rusage([str(nat)])
-                print(
-                    row(
-                        f"same job (native JSON Lines, {nat.stat().st_size / 2**20:.0f} MiB)",
-                        n_ops,
-                        dp * pp,
-                        wall,
-                        rss,
-                        data,
-                    ),
-                    flush=True,
-                )
+                run = run_child_rusage([str(nat)])
+                label = f"same job (native JSON Lines, {nat.stat().st_size / 2**20:.0f} MiB)"
+                print(row(label, n_ops, dp * pp, run), flush=True)
                 big = pq
         if big is not None:
             breakdown(big)
