@@ -43,15 +43,17 @@ FIELD_BIT = {name: 1 << i for i, name in enumerate(FIELDS)}
 
 STOPWORDS = frozenset({
     "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had", "has",
-    "have", "how", "in", "into", "is", "it", "its", "of", "on", "or", "per", "than", "that", "the",
+    "have", "how", "if", "in", "into", "is", "it", "its", "of", "on", "or", "per", "than", "that", "the",
     "their", "this", "to", "was", "were", "what", "when", "where", "which", "who", "why", "with",
 })
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _TOKEN_RE = re.compile(r"\d+(?:\.\d+)+|[^\W_]+")
 
-# Similarity a concept (synonym) match gives a case that carries one of its targets: close to a
-# title hit, so a synonym counts about as much as the words themselves in a strong field.
-CONCEPT_SIMILARITY = 0.9
+# Similarity a concept (synonym) match gives a case that carries one of its targets: about a hit in
+# the causes/tags fields, and below the phrase's own words in a title or tags, so a case that names
+# the phrase outright ("lemon node") ranks above cases that only share the mapped cause.
+CONCEPT_SIMILARITY = 0.75
+_CASE_ID_RE = re.compile(r"\bIL-(\d{4})\b", re.IGNORECASE)
 PREFIX_SIMILARITY = 0.85
 
 
@@ -96,14 +98,15 @@ def case_fields(case: Case) -> dict[str, str]:
         "causes": " ".join([*(c.value for c in case.causes), case.category]),
         "organization": case.organization,
         "topics": " ".join(case.topics),
-        "slug": case.slug,
+        "slug": f"{case.id} {case.slug}",
         "body": case_body(case),
     }
 
 
 def concept_tokens(case: Case) -> list[tuple[str, str]]:
     """(concept token, field) pairs of a case: its causes, category, tags and topics."""
-    out = [(f"cause:{c.value}", "causes") for c in case.causes]
+    out = [(f"id:{case.id.lower()}", "slug")]
+    out.extend((f"cause:{c.value}", "causes") for c in case.causes)
     out.append((f"category:{case.category}", "causes"))
     out.extend((f"tag:{t.casefold()}", "tags") for t in case.tags)
     out.extend((f"topic:{t}", "topics") for t in case.topics)
@@ -133,6 +136,7 @@ class Term:
     text: str
     tokens: tuple[str, ...]
     targets: tuple[str, ...] = ()
+    concept_similarity: float = CONCEPT_SIMILARITY
     # (vocabulary token, similarity) pairs per query token
     candidates: tuple[tuple[tuple[str, float], ...], ...] = ()
     idf: float = 0.0
@@ -281,9 +285,13 @@ class SearchIndex:
         return pool
 
     def parse(self, query: str) -> list[Term]:
-        """Split a query into terms; synonym phrases (longest first, typo-tolerant) become concepts."""
-        toks = tokenize(query)
-        terms: list[Term] = []
+        """Split a query into terms; case ids and synonym phrases (longest first, typo-tolerant)
+        become concepts."""
+        terms: list[Term] = [
+            Term(text=f"IL-{num}", tokens=(num,), targets=(f"id:il-{num}",), concept_similarity=1.0)
+            for num in _CASE_ID_RE.findall(query)
+        ]
+        toks = tokenize(_CASE_ID_RE.sub(" ", query))
         i = 0
         while i < len(toks):
             hit = self._phrase_at(toks, i)
@@ -364,7 +372,7 @@ class SearchIndex:
             per_tok = [self._token_scores(c) for c in term.candidates]
             s = np.mean(per_tok, axis=0) if len(per_tok) > 1 else per_tok[0]
             if term.targets:
-                s = np.maximum(s, self._concept_mask(term.targets) * CONCEPT_SIMILARITY)
+                s = np.maximum(s, self._concept_mask(term.targets) * term.concept_similarity)
             cover += term.idf * s
             total_idf += term.idf
         if total_idf > 0:
@@ -398,7 +406,10 @@ class SearchIndex:
                     p = self.postings.get(target)
                     found = None if p is None else p.lookup(i)
                     if found is not None:
-                        reasons.append(f"'{term.text}' means {target.replace(':', ' ', 1)}")
+                        if target.startswith("id:"):
+                            reasons.append(f"'{term.text}' is the case id")
+                        else:
+                            reasons.append(f"'{term.text}' means {target.replace(':', ' ', 1)}")
                         fields_mask |= found[1]
                         break
             for tok_text, cands in zip(term.tokens, term.candidates, strict=True):

@@ -75,6 +75,17 @@ def test_title_hits_outrank_body_hits() -> None:
     assert result.results[0].matched_fields[0] == "title"
 
 
+def test_a_case_id_in_the_query_finds_that_case(library: Library) -> None:
+    result = search_incidents("what happened in il-0458", library=library)
+    assert result.results[0].id == "IL-0458"
+    assert result.results[0].reasons[0] == "'IL-0458' is the case id"
+
+
+def test_a_phrase_named_outright_beats_a_synonym_only_match(library: Library) -> None:
+    # "lemon node" maps to faulty-machine, but the case that talks about lemon nodes comes first
+    assert search_incidents("lemon node", limit=1, library=library).results[0].id == "IL-0430"
+
+
 def test_pagination_is_consistent(library: Library) -> None:
     first = search_incidents("gpu", limit=5, library=library)
     assert first.total > 10 and first.next_offset == 5
