@@ -68,6 +68,10 @@ def native_jsonl(n_steps: int = 2, tag: str = "") -> bytes:
                 "optype": optype,
                 "start_ts": start,
                 "duration": dur,
+                "seq_id": 0,
+                "mc": 0,
+                "gmc": 0,
+                "mb_id": 0,
             }
             lines.append(json.dumps(op))
     return ("\n".join(lines) + "\n").encode()

@@ -146,3 +146,19 @@ async def test_streamable_http_client_over_a_real_socket(live: Live, mode: str) 
         sample = listing.structured_content["items"][-1]
         d = await c.call_tool("describe_trace", {"trace_id": sample["trace_id"]})
         assert d.structured_content["summary"]["job"]["trial_name"] == "ST"
+
+
+@pytest.mark.anyio
+async def test_an_inline_upload_near_the_cap_fits_the_http_request_limit(live: Live) -> None:
+    data = native_jsonl(3000, "near-cap")
+    assert 0.8 * 1024 * 1024 < len(data) < 1024 * 1024
+    content = base64.b64encode(data).decode()  # ~1.3 MiB on the wire
+    async with Client(streamable_http_client(live.mcp_url)) as c:
+        r = await c.call_tool(
+            "upload_trace", {"content": content, "encoding": "base64", "filename": "big.jsonl"}
+        )
+        assert not r.is_error, text_of(r)
+        assert r.structured_content["summary"]["n_steps"] == 3000
+        over = base64.b64encode(data + data[: 300 * 1024]).decode()
+        r = await c.call_tool("upload_trace", {"content": over, "encoding": "base64"})
+        assert r.is_error and "POST /api/traces" in text_of(r)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -215,3 +216,24 @@ def test_token_file_must_hold_a_real_token(tmp_path: Path) -> None:
     good = tmp_path / "good"
     good.write_text(TOKEN + "\n")
     assert Settings.build(data_dir=tmp_path, token_file=good).token == TOKEN
+
+
+def test_an_upload_cut_off_mid_stream_leaves_nothing(http: httpx.Client, secured: Live) -> None:
+    before = http.get("/api/traces", headers=AUTH).json()["total"]
+
+    class Cut(Exception):
+        pass
+
+    def chunks():
+        yield b'{"job": {"dp_size": 1, "pp_size": 1}}\n'
+        yield b"x" * 65536
+        raise Cut  # the client dies mid-upload
+
+    with pytest.raises(Cut):
+        http.post("/api/traces", params={"filename": "cut.jsonl"}, content=chunks(), headers=AUTH)
+    tmp = secured.settings.data_dir / "tmp"
+    deadline = time.monotonic() + 10
+    while list(tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp.iterdir()) == []
+    assert http.get("/api/traces", headers=AUTH).json()["total"] == before
