@@ -25,6 +25,8 @@ one PP rank across several DP ranks -> one-stage).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -88,15 +90,17 @@ class _ShapeTable:
         self.tag_count = np.array([len(case.tags) for case in index.cases], dtype=np.float64)
 
 
-_tables: dict[int, _ShapeTable] = {}
+# one shape table per index, dropped with it (a plain id() key could be reused by a later index)
+_tables: weakref.WeakKeyDictionary[SearchIndex, _ShapeTable] = weakref.WeakKeyDictionary()
+_tables_lock = threading.Lock()
 
 
 def _table(index: SearchIndex) -> _ShapeTable:
-    key = id(index)
-    table = _tables.get(key)
-    if table is None:
-        table = _tables[key] = _ShapeTable(index)
-    return table
+    with _tables_lock:
+        table = _tables.get(index)
+        if table is None:
+            table = _tables[index] = _ShapeTable(index)
+        return table
 
 
 def _pattern_codes(p: Pattern) -> tuple[int | None, int | None, int | None]:
