@@ -106,7 +106,10 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
     """
     import pyarrow as pa
 
-    names = set(table.column_names)
+    # a column with no value at all is absent (a typed JSON read creates every schema column)
+    names = {
+        c for c in table.column_names if table.num_rows == 0 or table.column(c).null_count < table.num_rows
+    }
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise TraceError(f"missing columns: {', '.join(missing)}", file=source)

@@ -329,3 +329,28 @@ def test_several_files_are_one_job(tmp_path: Path) -> None:
     ref = load_trace([DATA / "trace-ST.parquet"])
     np.testing.assert_array_equal(both.ops.optype, ref.ops.optype)
     np.testing.assert_allclose(both.ops.duration, ref.ops.duration)
+
+
+def test_native_rows_may_leave_out_optional_fields(tmp_path: Path) -> None:
+    cols = tiny_columns()
+    path = tmp_path / "minimal.jsonl"
+    with open(path, "w") as fh:
+        fh.write(json.dumps({"job": {"dp_size": 2, "pp_size": 2}}) + "\n")
+        for i in range(len(cols["step"])):
+            fh.write(
+                json.dumps({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()})
+                + "\n"
+            )
+    t = load_trace([path])
+    assert (
+        t.ops.seq_id.max() == 0 and (t.ops.mb_id[t.ops.optype == OPTYPE_CODE["forward-compute"]] == 0).all()
+    )
+    bad = tmp_path / "no-duration.jsonl"
+    with open(bad, "w") as fh:
+        fh.write(json.dumps({"job": {"dp_size": 2, "pp_size": 2}}) + "\n")
+        fh.write(
+            json.dumps({"dp_rank": 0, "stage": 0, "rank": 0, "step": 0, "optype": "gc", "start_ts": 0.0})
+            + "\n"
+        )
+    with pytest.raises(TraceError, match="missing columns: duration"):
+        load_trace([bad])
