@@ -69,7 +69,9 @@ def open_library() -> Any:
         return None
     from incidents.library import load_library
 
-    return load_library()
+    library = load_library()
+    _ = library.index  # build the search index now rather than on the first query
+    return library
 
 
 def preload_sample(lens: Lens) -> str:

@@ -4,6 +4,7 @@ stage imbalance at the last stage, a PNG heatmap, similar incidents; plus the an
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import httpx
@@ -82,6 +83,10 @@ async def test_whatif_tool_answers_report_and_scenario_bounded(live: Live, st_id
         assert rem.structured_content["total"] >= 1
         step = await c.call_tool("get_heatmap", {"trace_id": st_id, "step": 999999})
         assert step.is_error and "traced steps" in step.content[0].text
+        full = await c.read_resource(f"trace://{st_id}/diagnosis")
+        assert json.loads(full.contents[0].text)["causes"][0]["id"] == "stage-imbalance"
+        report = await c.read_resource(f"trace://{st_id}/whatif")
+        assert json.loads(report.contents[0].text)["job"]["pp"] == 4
 
 
 @pytest.mark.anyio
