@@ -11,7 +11,8 @@ causes         0.25    mean of the weighted share of the probe's causes the case
                        covers a single-cause diagnosis, but less than an exact match)
 shape          0.40    per probe signature: the case has that cause, and its signature's
                        spatial / temporal / resource pattern agrees (1 per agreeing field,
-                       0.3 where either side is unknown, 0 on disagreement), averaged
+                       0.3 where either side is unknown, ``CLOSENESS`` for near values such
+                       as single-worker vs one-host, 0 otherwise), averaged
 tags           0.15    Jaccard of tags (probe = a case)
 text           0.20    cosine of tf-idf vectors over the whole case text
 category       0.10    same broad category (probe = a case)
@@ -29,6 +30,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -111,12 +113,32 @@ def _pattern_codes(p: Pattern) -> tuple[int | None, int | None, int | None]:
     )
 
 
-def _field_agreement(codes: np.ndarray, value: int | None) -> np.ndarray:
+def _closeness(values: list[Any], near: dict[frozenset[str], float]) -> np.ndarray:
+    m = np.eye(len(values))
+    for pair, value in near.items():
+        a, b = (values.index(v) for v in pair)
+        m[a, b] = m[b, a] = value
+    return m
+
+
+# Partial agreement between different pattern values: a single slow worker sits on one host, a
+# sequence-length or GC pattern spread over random DP ranks is close to a job-wide one, and GC
+# pauses that grow are a kind of sporadic pause. Everything else disagrees (0).
+CLOSENESS: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+    _closeness(_SPATIAL, {frozenset({Spatial.SINGLE_WORKER, Spatial.ONE_HOST}): 0.6,
+                          frozenset({Spatial.RANDOM_DP, Spatial.JOB_WIDE}): 0.4}),
+    _closeness(_TEMPORAL, {frozenset({Temporal.SPORADIC, Temporal.GROWING}): 0.5}),
+    _closeness(_RESOURCE, {}),
+)
+
+
+def _field_agreement(k: int, codes: np.ndarray, value: int | None) -> np.ndarray:
     # an unknown field on either side earns partial credit, below an explicit agreement, so a case
     # recorded with the very same shape ranks above one whose shape is only partly known
     if value is None:
         return np.full(codes.shape, UNKNOWN_CREDIT)
-    return np.where(codes == UNKNOWN, UNKNOWN_CREDIT, (codes == value).astype(np.float64))
+    close = CLOSENESS[k][value][np.where(codes == UNKNOWN, 0, codes)]
+    return np.where(codes == UNKNOWN, UNKNOWN_CREDIT, close)
 
 
 def _shape_text(pattern: Pattern) -> str:
@@ -197,7 +219,7 @@ def similar_incidents(
             j = _CAUSES.index(sig.cause)
             has = idx.cause_matrix[:, j].astype(np.float64)
             codes = _pattern_codes(sig.pattern)
-            agree = sum(_field_agreement(table.codes[k, :, j], code) for k, code in enumerate(codes)) / 3.0
+            agree = sum(_field_agreement(k, table.codes[k, :, j], code) for k, code in enumerate(codes)) / 3.0
             acc += w * has * agree
             total_w += w
         parts["shape"] = acc / total_w
@@ -253,15 +275,21 @@ def _reasons(case: Case, i: int, probe: _Probe, parts: dict[str, np.ndarray],
         for own in case.signature:
             if own.cause != sig.cause:
                 continue
-            same = [
-                a.value for a, b in ((sig.pattern.spatial, own.pattern.spatial),
-                                     (sig.pattern.temporal, own.pattern.temporal),
-                                     (sig.pattern.resource, own.pattern.resource))
-                if a is not None and a == b
-            ]
+            same, near = [], []
+            for k, (a, b) in enumerate(zip(_pattern_codes(sig.pattern), _pattern_codes(own.pattern),
+                                           strict=True)):
+                if a is None or b is None:
+                    continue
+                values = (_SPATIAL, _TEMPORAL, _RESOURCE)[k]
+                if a == b:
+                    same.append(values[a].value)
+                elif CLOSENESS[k][a, b] > 0:
+                    near.append(f"{values[a].value} ~ {values[b].value}")
             if same:
                 reasons.append(f"same {sig.cause.value} shape: {'/'.join(same)} "
                                f"(case: {_shape_text(own.pattern)})")
+            if near:
+                reasons.append(f"close {sig.cause.value} shape: {', '.join(near)}")
             break
     if probe.tags:
         common = sorted(probe.tags & {t.casefold() for t in case.tags})
