@@ -628,6 +628,12 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             f"ops from record_function spans with Megatron/NDTimeline names ({cat}); "
             "gloo/NCCL events inside them are not counted separately"
         )
+        if cat == "user_annotation" and any((f.cat == "kernel").any() for f in kept):
+            notes.append(
+                "the named spans are CPU-side but the trace has GPU kernels: on an asynchronous "
+                "GPU job they time kernel launches, not execution (record on the GPU side, e.g. "
+                "with gpu_user_annotation, or synchronise inside the spans)"
+            )
         other: Counter[str] = Counter()
         for f in kept:
             for nm in f.name[f.cat == cat]:
