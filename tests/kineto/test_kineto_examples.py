@@ -69,7 +69,7 @@ def test_slow_rank_is_found_as_one_slow_worker() -> None:
     assert (worst.dp_rank, worst.pp_rank) == (1, 0)
 
 
-def test_forward_only_slow_rank_tops_the_what_if_attribution() -> None:
+def test_forward_only_slow_rank_is_found_as_one_slow_worker() -> None:
     # rank 1 sleeps 40 ms in each forward only: the what-if report blames that worker and forward
     _, d, inj = _load("slow-rank-forward")
     assert inj["slow_rank"] == 1 and inj["slow_forward_only"] is True
@@ -81,6 +81,9 @@ def test_forward_only_slow_rank_tops_the_what_if_attribution() -> None:
     assert max(rep.attribution.by_optype, key=rep.attribution.by_optype.__getitem__) == "forward-compute"
     others = [w.slowdown or 0.0 for w in rep.attribution.by_worker if (w.dp_rank, w.pp_rank) != (1, 0)]
     assert (worst.slowdown or 0.0) - 1.0 > 5 * (max(others) - 1.0)
+    # and the diagnosis names one slow worker there
+    cause, dps, pps, ranks = _top(d)
+    assert cause is CauseId.FAULTY_MACHINE and (dps, pps, ranks) == ([1], [0], [1])
 
 
 def test_heavy_last_stage_is_found_as_stage_imbalance() -> None:
