@@ -121,8 +121,8 @@ def read_jsonl(path: Path, rows: _Rows) -> int:
         if not isinstance(starts, list) or not isinstance(durs, list) or len(starts) != len(durs):
             raise TraceError("start_ts and duration must be lists of the same length", **where)
         rows.extend(
-            dp=_int(rec, "dp_rank", where, 0),
-            stage=_int(rec, "stage", where, 0),
+            dp=_int(rec, "dp_rank", where),
+            stage=_int(rec, "stage", where),
             tp=_int(rec, "tp_rank", where, 0),
             rank=rank,
             step=step,
