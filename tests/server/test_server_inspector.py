@@ -50,9 +50,9 @@ def test_inspector_lists_the_tools(live: Live, tmp_path: Path, strict: bool) -> 
 
 
 def test_inspector_calls_a_tool(live: Live, tmp_path: Path) -> None:
-    proc = inspector(
-        live, tmp_path, "--method", "tools/call", "--tool-name", "list_traces", "--tool-arg", "limit=5"
-    )
+    # (--strict applies to tools/list only: the Inspector refuses it with tools/call)
+    args = ["--method", "tools/call", "--tool-name", "list_traces", "--tool-arg", "limit=5"]
+    proc = inspector(live, tmp_path, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = payload(proc)
     assert result["structuredContent"]["items"][0]["summary"]["job"]["trial_name"] == "ST"
@@ -77,3 +77,13 @@ def test_inspector_is_refused_with_a_foreign_origin(live: Live, tmp_path: Path) 
     proc = inspector(live, tmp_path, "--method", "tools/list", "--header", "Origin: http://evil.example")
     assert proc.returncode != 0
     assert "403" in proc.stdout + proc.stderr
+
+
+def test_inspector_runs_a_diagnosis(live: Live, tmp_path: Path) -> None:
+    import httpx
+
+    tid = httpx.get(f"{live.url}/api/traces").json()["items"][-1]["trace_id"]
+    args = ["--method", "tools/call", "--tool-name", "diagnose", "--tool-arg", f"trace_id={tid}"]
+    proc = inspector(live, tmp_path, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert payload(proc)["structuredContent"]["causes"][0]["id"] == "stage-imbalance"
