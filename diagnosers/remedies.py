@@ -61,7 +61,8 @@ def layer_costs(stats: TraceStats, layers: Sequence[int]) -> tuple[float, npt.ND
 def best_partition(total_layers: int, c: float, extra: npt.NDArray[np.float64]) -> list[int]:
     """Layer counts per stage (each >= 1, summing to ``total_layers``) minimising the heaviest
     stage's cost ``n_s * c + extra_s``: the best contiguous partition of uniform layers with fixed
-    first/last-stage extras. Exact: tries every candidate bottleneck value in increasing order."""
+    first/last-stage extras. Exact: tries every candidate bottleneck value in increasing order;
+    among optimal partitions it returns an even one (layers go to the lightest stage)."""
     pp = len(extra)
     if total_layers < pp or c <= 0:
         raise ValueError(f"cannot place {total_layers} layers on {pp} stages")
@@ -70,12 +71,11 @@ def best_partition(total_layers: int, c: float, extra: npt.NDArray[np.float64]) 
         cap = np.floor((t - extra) / c + 1e-9).astype(int)
         if (cap >= 1).all() and int(np.minimum(cap, total_layers).sum()) >= total_layers:
             counts = np.ones(pp, dtype=int)
-            left = total_layers - pp
-            # Fill the cheapest stages first so the surplus lands where it costs least.
-            for s in np.argsort(extra, kind="stable"):
-                add = min(left, int(cap[s]) - 1)
-                counts[s] += add
-                left -= add
+            # Within the bottleneck, place each remaining layer on the stage that stays lightest
+            # with it, so the other stages end up as even as the bottleneck allows.
+            for _ in range(total_layers - pp):
+                after = np.where(counts < cap, (counts + 1) * c + extra, np.inf)
+                counts[int(np.argmin(after))] += 1
             return [int(x) for x in counts]
     return [total_layers // pp + (1 if s < total_layers % pp else 0) for s in range(pp)]
 
@@ -83,18 +83,34 @@ def best_partition(total_layers: int, c: float, extra: npt.NDArray[np.float64]) 
 def stage_partition_remedy(
     match: CauseMatch, stats: TraceStats, probe: Probe, layers_per_stage: Sequence[int] | None
 ) -> Remedy:
-    """Repartition layers; predict the gain by rescaling each stage's compute to its new load."""
+    """Repartition layers; predict the gain by rescaling each stage's compute to its new load
+    (per-layer cost and first/last-stage extras from :func:`layer_costs`) and re-simulating."""
     assumed = layers_per_stage is None
     layers = list(layers_per_stage) if layers_per_stage is not None else [ASSUMED_LAYERS_PER_STAGE] * stats.pp
     c, extra = layer_costs(stats, layers)
-    new = best_partition(sum(layers), c, extra)
+    best = best_partition(sum(layers), c, extra)
+    # The cost model only ranks partitions by their heaviest stage; the pipeline's real step time
+    # also depends on the others. Simulate the best partition and its one-layer moves between
+    # neighbouring stages, and keep the fastest.
+    cands = [best]
+    for s_ in range(stats.pp - 1):
+        for a, b in ((s_, s_ + 1), (s_ + 1, s_)):
+            alt = list(best)
+            if alt[a] > 1:
+                alt[a] -= 1
+                alt[b] += 1
+                cands.append(alt)
     comp = stats.compute.mean(axis=(0, 1))
-    load_new = np.asarray(new) * c + extra
-    scale = np.divide(load_new, comp, out=np.ones_like(comp), where=comp > 0)
-    d = probe.original.copy()
     is_comp = (stats.optype == FWD) | (stats.optype == BWD)
-    d[is_comp] *= scale[stats.op_pp[is_comp]]
-    t_after = float(probe.mean_times(d)[0])
+    batch = np.empty((len(cands), len(probe.original)))
+    for k, cand in enumerate(cands):
+        load_new = np.asarray(cand) * c + extra
+        scale = np.divide(load_new, comp, out=np.ones_like(comp), where=comp > 0)
+        batch[k] = probe.original
+        batch[k, is_comp] *= scale[stats.op_pp[is_comp]]
+    times = probe.mean_times(batch)
+    pick = int(np.argmin(times))
+    new, t_after = cands[pick], float(times[pick])
     note = (
         f" (layers per stage unknown: assumed {ASSUMED_LAYERS_PER_STAGE} each; pass --layers-per-stage "
         "or layers_per_stage in the meta file for a real plan)"
@@ -102,9 +118,10 @@ def stage_partition_remedy(
         else ""
     )
     action = (
-        f"Repartition the model's layers across pipeline stages from {layers} to {new} (best contiguous "
-        f"partition for an estimated {c * 1e3:.1f} ms of forward+backward per layer per step and "
-        f"{', '.join(f'{e * 1e3:.0f}' for e in extra)} ms of embedding/head work per stage){note}."
+        f"Repartition the model's layers across pipeline stages from {layers} to {new} (the fastest "
+        f"simulated contiguous partition for an estimated {c * 1e3:.1f} ms of forward+backward per "
+        f"layer per step and {', '.join(f'{e * 1e3:.0f}' for e in extra)} ms of embedding/head work "
+        f"per stage){note}."
     )
     return Remedy(
         cause_id=match.id.value,
