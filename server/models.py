@@ -43,7 +43,7 @@ class TraceInfo(BaseModel):
     created_at: str
     size_bytes: int
     summary: TraceSummary
-    cached: list[str] = Field(description="results already computed: whatif, diagnosis")
+    cached: list[str] = Field(description="results already computed (whatif, diagnosis, heatmap_png)")
 
 
 class UploadResult(BaseModel):

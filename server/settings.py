@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
@@ -64,7 +64,6 @@ class Settings:
     max_inline_bytes: int = MAX_INLINE_BYTES
     preload_sample: bool = False
     trace_cache_size: int = 4
-    extra_origins: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:
