@@ -28,6 +28,7 @@ from server.views import (
     PatternsView,
     RemediesView,
     WhatIfResult,
+    compact_result,
     diagnosis_view,
     heatmap_view,
     patterns_view,
@@ -71,7 +72,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         pp_ranks: IntList = None,
         steps: IntList = None,
         free_comm: Annotated[bool, Field(description="communication costs nothing in the scenario")] = False,
-    ) -> WhatIfResult:
+    ) -> Annotated[CallToolResult, WhatIfResult]:
         """Simulate the job with ops at their typical duration: how much straggling costs, and where.
 
         Without a selector: the standard report (slowdown S, wasted GPU share, attributions by op
@@ -86,7 +87,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         key = ("view:whatif", trace_id, repr(sorted(selector.items())), str(free_comm))
         hit = L.peek(*key)
         if hit is not None:
-            return hit
+            return compact_result(hit)
         await relay.step(0.0, "loading the trace")
         report = await run(L.whatif, trace_id, scaled(relay, 0.0, 0.9) if wants_scenario else relay)
         scenario = None
@@ -95,7 +96,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
             scenario = await run(L.scenario, trace_id, free_comm=free_comm, **selector)
         result = await run(whatif_result, trace_id, report, scenario)
         await relay.step(1.0, "done")
-        return L.memo(key, result)
+        return compact_result(L.memo(key, result))
 
     @mcp.tool(title="Slowdown heatmap (DP x PP)", annotations=READ_ONLY)
     @tool_errors
@@ -137,7 +138,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
     @mcp.tool(title="Diagnose a slow job", annotations=READ_ONLY)
     @tool_errors
-    async def diagnose(trace_id: TraceId, ctx: Context[Any]) -> DiagnosisView:
+    async def diagnose(trace_id: TraceId, ctx: Context[Any]) -> Annotated[CallToolResult, DiagnosisView]:
         """Diagnose one trace: slowdown, ranked causes with location (DP/PP ranks, steps), remedies with
         simulated speedups, similar past incidents and the per-worker heatmap values.
 
@@ -152,7 +153,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
         view: DiagnosisView = await memoised(("view:diagnosis", trace_id), compute)
         await relay.step(1.0, "done")
-        return view
+        return compact_result(view)
 
     @mcp.tool(title="Classify straggler patterns", annotations=READ_ONLY)
     @tool_errors

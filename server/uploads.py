@@ -6,9 +6,11 @@ request larger than ``--max-upload-mb`` is cut off as soon as it passes the limi
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
@@ -22,6 +24,25 @@ from server.ingest import FileSink, StagedFile, UploadBudget, safe_filename, wri
 FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
 MAX_FIELD_BYTES = 1024
 MAX_PARTS = 4096
+# An upload that sends nothing for this long is dropped (a stalled or half-dead client must not
+# hold a staging folder and a worker forever).
+IDLE_TIMEOUT_S = 60.0
+
+
+async def body_chunks(request: Request, idle_timeout: float = IDLE_TIMEOUT_S) -> AsyncIterator[bytes]:
+    """The request body, chunk by chunk; 408 when the client stalls for ``idle_timeout`` seconds."""
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            with anyio.fail_after(idle_timeout):
+                chunk = await stream.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ApiError(
+                408, "upload_timeout", f"no upload data for {idle_timeout:.0f} s; the upload was dropped"
+            ) from None
+        yield chunk
 
 
 class _MultipartState:
@@ -139,7 +160,7 @@ async def receive_upload(
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
         try:
-            async for chunk in request.stream():
+            async for chunk in body_chunks(request):
                 parser.write(chunk)
                 state.process()
             parser.finalize()
@@ -157,5 +178,5 @@ async def receive_upload(
         fields.update(state.fields)
         return state.files, fields
     name = safe_filename(fields.get("filename"), "trace")
-    staged = await write_stream(folder, name, request.stream(), budget)
+    staged = await write_stream(folder, name, body_chunks(request), budget)
     return [staged], fields

@@ -2,8 +2,9 @@
 
 A tool result must stay usable by an assistant (well under 1 MiB, about 10k tokens). The views
 keep the shapes of ``WhatIfReport`` and ``Diagnosis`` and cap their long parts: per-step tables
-keep the worst ``MAX_STEPS`` steps by step slowdown, per-worker lists the ``MAX_WORKERS`` slowest,
-rank dictionaries the ``MAX_KEYS`` largest values. ``omitted`` counts what each cap held back and
+keep the worst ``MAX_STEPS`` steps by step slowdown (each with its ``MAX_STEP_KEYS`` largest
+entries), per-worker lists the ``MAX_WORKERS`` slowest, rank dictionaries the ``MAX_KEYS`` largest
+values. ``omitted`` counts what each cap held back and
 ``truncated`` says whether anything was; the full documents are on the REST routes.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from diagnosers.detectors.base import CauseMatch
@@ -20,6 +22,7 @@ from diagnosers.remedies import Remedy
 from diagnosers.report import ScenarioResult, WhatIfReport
 
 MAX_STEPS = 8
+MAX_STEP_KEYS = 16
 MAX_WORKERS = 16
 MAX_KEYS = 64
 MAX_NOTES = 20
@@ -54,9 +57,22 @@ class Trimmer:
         return items[:limit]
 
 
-def trim_report(report: WhatIfReport, t: Trimmer, prefix: str = "") -> WhatIfReport:
-    """A copy of the report with its per-step, per-worker and per-rank parts capped."""
-    worst = set(sorted(report.step_slowdown, key=lambda k: report.step_slowdown[k], reverse=True)[:MAX_STEPS])
+def trim_report(
+    report: WhatIfReport,
+    t: Trimmer,
+    prefix: str = "",
+    *,
+    max_steps: int = MAX_STEPS,
+    max_step_keys: int = MAX_STEP_KEYS,
+    max_workers: int = MAX_WORKERS,
+) -> WhatIfReport:
+    """A copy of the report with its per-step, per-worker and per-rank parts capped.
+
+    Per-step tables keep the ``max_steps`` worst steps, each with its ``max_step_keys`` largest
+    entries; whole-job rank tables keep ``MAX_KEYS`` entries.
+    """
+    ranked = sorted(report.step_slowdown, key=lambda k: report.step_slowdown[k], reverse=True)
+    worst = set(ranked[:max_steps])
     a = report.attribution
     p = prefix
     workers = sorted(
@@ -69,18 +85,21 @@ def trim_report(report: WhatIfReport, t: Trimmer, prefix: str = "") -> WhatIfRep
             "by_optype": a.by_optype,
             "by_dp_rank": t.top(f"{p}attribution.by_dp_rank", a.by_dp_rank),
             "by_stage": t.top(f"{p}attribution.by_stage", a.by_stage),
-            "by_optype_per_step": t.keys(f"{p}attribution.by_optype_per_step", a.by_optype_per_step, worst),
+            "by_optype_per_step": {
+                k: t.top(f"{p}attribution.by_optype_per_step.{k}", v, max_step_keys)
+                for k, v in t.keys(f"{p}attribution.by_optype_per_step", a.by_optype_per_step, worst).items()
+            },
             "by_dp_rank_per_step": {
-                k: t.top(f"{p}attribution.by_dp_rank_per_step.{k}", v)
+                k: t.top(f"{p}attribution.by_dp_rank_per_step.{k}", v, max_step_keys)
                 for k, v in t.keys(
                     f"{p}attribution.by_dp_rank_per_step", a.by_dp_rank_per_step, worst
                 ).items()
             },
             "by_stage_per_step": {
-                k: t.top(f"{p}attribution.by_stage_per_step.{k}", v)
+                k: t.top(f"{p}attribution.by_stage_per_step.{k}", v, max_step_keys)
                 for k, v in t.keys(f"{p}attribution.by_stage_per_step", a.by_stage_per_step, worst).items()
             },
-            "by_worker": t.head(f"{p}attribution.by_worker", workers, MAX_WORKERS),
+            "by_worker": t.head(f"{p}attribution.by_worker", workers, max_workers),
         }
     )
     st = report.step_times
@@ -107,6 +126,16 @@ def trim_report(report: WhatIfReport, t: Trimmer, prefix: str = "") -> WhatIfRep
             "steps": t.head(f"{p}steps", report.steps, 256),
             "notes": t.head(f"{p}notes", report.notes, MAX_NOTES),
         }
+    )
+
+
+def compact_result(model: BaseModel) -> CallToolResult:
+    """A tool result whose text block is the model's compact JSON (the SDK's default indents it,
+    which nearly doubles what an assistant's context pays for) and whose structured content is
+    the same object."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=model.model_dump_json())],
+        structured_content=model.model_dump(mode="json"),
     )
 
 
@@ -176,7 +205,8 @@ class DiagnosisView(Diagnosis):
 
 def diagnosis_view(trace_id: str, d: Diagnosis) -> DiagnosisView:
     t = Trimmer()
-    report = trim_report(d.report, t, prefix="report.")
+    # the diagnosis is about causes: its embedded report is cut harder than run_whatif's
+    report = trim_report(d.report, t, prefix="report.", max_steps=3, max_step_keys=8, max_workers=8)
     body = d.model_copy(
         update={
             "causes": t.head("causes", d.causes, MAX_CAUSES),

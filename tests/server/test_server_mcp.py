@@ -162,3 +162,33 @@ async def test_an_inline_upload_near_the_cap_fits_the_http_request_limit(live: L
         over = base64.b64encode(data + data[: 300 * 1024]).decode()
         r = await c.call_tool("upload_trace", {"content": over, "encoding": "base64"})
         assert r.is_error and "POST /api/traces" in text_of(r)
+
+
+@pytest.mark.anyio
+async def test_results_stay_bounded_on_the_64_worker_sample(tmp_path: Path) -> None:
+    """SE (dp 32 x pp 2, sequence-length imbalance): every answer well under ~10k tokens of text."""
+    from diagnosers.samples import artifact_trace
+
+    folder = artifact_trace("SE").parent.resolve()
+    settings = Settings(data_dir=tmp_path / "data", allow_dirs=(folder,))
+    async with Client(build_mcp(settings, LensHolder())) as c:
+        up = await c.call_tool("upload_trace", {"path": "trace-SE.parquet"})
+        assert not up.is_error, text_of(up)
+        tid = up.structured_content["trace_id"]
+        for tool, args in (
+            ("diagnose", {}),
+            ("run_whatif", {}),
+            ("run_whatif", {"dp_ranks": [0, 1]}),
+            ("classify_patterns", {}),
+            ("suggest_remedies", {}),
+            ("get_heatmap", {}),
+            ("describe_trace", {}),
+        ):
+            r = await c.call_tool(tool, {"trace_id": tid, **args})
+            assert not r.is_error, (tool, text_of(r))
+            assert len(text_of(r)) < 30_000, (tool, len(text_of(r)))
+            assert len(json.dumps(r.structured_content)) < 30_000, tool
+        diag = await c.call_tool("diagnose", {"trace_id": tid})
+        body = diag.structured_content
+        assert body["truncated"] and body["omitted"]
+        assert json.loads(text_of(diag)) == body, "the text block is the same object, compact"

@@ -229,11 +229,39 @@ def test_an_upload_cut_off_mid_stream_leaves_nothing(http: httpx.Client, secured
         yield b"x" * 65536
         raise Cut  # the client dies mid-upload
 
-    with pytest.raises(Cut):
-        http.post("/api/traces", params={"filename": "cut.jsonl"}, content=chunks(), headers=AUTH)
+    with pytest.raises(Cut), httpx.Client(base_url=secured.url, timeout=60) as own:
+        # closing this client closes its connection, as a dying process would
+        own.post("/api/traces", params={"filename": "cut.jsonl"}, content=chunks(), headers=AUTH)
     tmp = secured.settings.data_dir / "tmp"
     deadline = time.monotonic() + 10
     while list(tmp.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(tmp.iterdir()) == []
     assert http.get("/api/traces", headers=AUTH).json()["total"] == before
+
+
+@pytest.mark.anyio
+async def test_a_stalled_upload_times_out_with_408() -> None:
+    import anyio
+    from starlette.requests import Request
+
+    from server.errors import ApiError
+    from server.uploads import body_chunks
+
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"first chunk", "more_body": True}
+        await anyio.sleep_forever()  # the client stops sending but keeps the connection
+        raise AssertionError
+
+    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    got = []
+    with pytest.raises(ApiError) as err:
+        async for chunk in body_chunks(request, idle_timeout=0.2):
+            got.append(chunk)
+    assert got == [b"first chunk"]
+    assert err.value.status == 408 and err.value.code == "upload_timeout"
