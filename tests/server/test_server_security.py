@@ -265,3 +265,28 @@ async def test_a_stalled_upload_times_out_with_408() -> None:
             got.append(chunk)
     assert got == [b"first chunk"]
     assert err.value.status == 408 and err.value.code == "upload_timeout"
+
+
+@pytest.mark.anyio
+async def test_allowed_host_extends_the_allowlist_on_rest_and_mcp(tmp_path: Path) -> None:
+    from server.app import create_app
+
+    settings = Settings(data_dir=tmp_path, allowed_hosts=("lens.example", "other.example:9443"))
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport) as c:
+        ok = {"Origin": "https://lens.example"}
+        assert (await c.get("http://lens.example:8000/api/traces", headers=ok)).status_code == 200
+        assert (await c.get("http://other.example:9443/healthz")).status_code == 200
+        assert (await c.get("http://other.example:9444/healthz")).status_code == 421, (
+            "that name on its port only"
+        )
+        assert (await c.get("http://evil.example/healthz")).status_code == 421
+        r = await c.post("http://lens.example:8000/mcp", json=INIT, headers={**MCP_HEADERS, **ok})
+        assert r.status_code == 200, r.text
+        r = await c.post(
+            "http://lens.example:8000/mcp",
+            json=INIT,
+            headers={**MCP_HEADERS, "Origin": "http://evil.example"},
+        )
+        assert r.status_code == 403
