@@ -92,9 +92,12 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def summary(name: str, lat: list[float], wall: float, errors: int, cpu: float) -> dict[str, Any]:
+def summary(
+    name: str, lat: list[float], wall: float, errors: int, cpu: float, client_cpu: float
+) -> dict[str, Any]:
     return {
         "server_cpu_ms_per_call": round(1000 * cpu / len(lat), 2),
+        "client_cpu_ms_per_call": round(1000 * client_cpu / len(lat), 2),
         "workload": name,
         "calls": len(lat),
         "errors": errors,
@@ -250,22 +253,22 @@ async def run(clients: int, calls: int) -> dict[str, Any]:
                 ("diagnose (cached)", "diagnose", {"trace_id": tid}),
                 ("run_whatif scenario (cached)", "run_whatif", {"trace_id": tid, "pp_ranks": [3]}),
             ):
-                c0 = cpu_seconds(proc.pid)
+                c0, k0 = cpu_seconds(proc.pid), time.process_time()
                 lat, wall, errors = await mcp_workload(url, clients, calls, tool, args)
-                cpu = cpu_seconds(proc.pid) - c0
-                results["workloads"].append(summary(f"MCP {name}", lat, wall, errors, cpu))
+                cpu, kcpu = cpu_seconds(proc.pid) - c0, time.process_time() - k0
+                results["workloads"].append(summary(f"MCP {name}", lat, wall, errors, cpu, kcpu))
             for name, tool, args in (
                 ("describe_trace", "describe_trace", {"trace_id": tid}),
                 ("diagnose (cached)", "diagnose", {"trace_id": tid}),
             ):
-                c0 = cpu_seconds(proc.pid)
+                c0, k0 = cpu_seconds(proc.pid), time.process_time()
                 lat, wall, errors = await raw_mcp_workload(base, clients, calls, tool, args)
-                cpu = cpu_seconds(proc.pid) - c0
-                results["workloads"].append(summary(f"MCP raw JSON-RPC {name}", lat, wall, errors, cpu))
-            c0 = cpu_seconds(proc.pid)
+                cpu, kcpu = cpu_seconds(proc.pid) - c0, time.process_time() - k0
+                results["workloads"].append(summary(f"MCP raw JSON-RPC {name}", lat, wall, errors, cpu, kcpu))
+            c0, k0 = cpu_seconds(proc.pid), time.process_time()
             lat, wall, errors = await rest_workload(base, clients, calls, f"/api/traces/{tid}/diagnosis")
-            cpu = cpu_seconds(proc.pid) - c0
-            results["workloads"].append(summary("REST GET /diagnosis", lat, wall, errors, cpu))
+            cpu, kcpu = cpu_seconds(proc.pid) - c0, time.process_time() - k0
+            results["workloads"].append(summary("REST GET /diagnosis", lat, wall, errors, cpu, kcpu))
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99_ms",
         "max_ms",
         "server_cpu_ms_per_call",
+        "client_cpu_ms_per_call",
     )
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
