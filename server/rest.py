@@ -88,7 +88,9 @@ async def post_trace(request: Request) -> Response:
     lens = lens_of(request)
     settings = lens.settings
     budget = UploadBudget(settings.max_upload_bytes, settings.max_decompressed_bytes)
-    staging = await anyio.to_thread.run_sync(lens.store.staging_dir)
+    # one mkdir on the loop: no await between creating the folder and guarding it, so a
+    # cancelled request cannot leak it
+    staging = lens.store.staging_dir()
     try:
         files, fields = await receive_upload(request, staging, budget)
         options = upload_options(fields)
