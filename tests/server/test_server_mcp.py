@@ -192,3 +192,14 @@ async def test_results_stay_bounded_on_the_64_worker_sample(tmp_path: Path) -> N
         body = diag.structured_content
         assert body["truncated"] and body["omitted"]
         assert json.loads(text_of(diag)) == body, "the text block is the same object, compact"
+
+
+@pytest.mark.anyio
+async def test_the_tool_table_in_docs_matches_the_server(client: Client) -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVER.md").read_text(encoding="utf-8")
+    section = doc.split("## MCP surface", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    served = {t.name for t in (await client.list_tools()).tools}
+    assert documented == served
