@@ -12,15 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive layer counts, got {text!r}")
-    return values
+from server.commands.trace_args import add_read_arguments, positive_int, read_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,19 +22,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Rebuild the dependency graph of a traced training job, simulate it with every op "
         "at its typical duration, and report how much stragglers slow the job down and where.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, directories or globs (+ meta yaml)")
-    p.add_argument("--format", default=None, help="input format (default: detected from the files)")
-    p.add_argument("--meta", default=None, metavar="META.yaml", help="job meta yaml (artifact keys)")
-    p.add_argument("--dp", type=int, default=None, help="data-parallel size")
-    p.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
-    p.add_argument("--cp", type=int, default=None, help="context-parallel size")
-    p.add_argument("--vpp", type=int, default=None, help="model chunks per stage (interleaved 1F1B)")
-    p.add_argument("--gpus-per-host", type=int, default=None, help="GPUs per host (default 8)")
-    p.add_argument("--layers-per-stage", type=_int_list, default=None, metavar="N,N,...", help="e.g. 9,9,9,9")
+    add_read_arguments(p)
     p.add_argument(
         "--exact-top-k",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="run exact per-worker slowdowns only for the K workers with the highest estimate",
@@ -53,23 +36,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
-    from diagnosers.readers import ReadOptions, load_trace
+    from diagnosers.readers import load_trace
     from diagnosers.whatif import analyze
 
-    opts = ReadOptions(
-        format=args.format,
-        meta_path=Path(args.meta) if args.meta else None,
-        dp=args.dp,
-        pp=args.pp,
-        tp=args.tp,
-        cp=args.cp,
-        vpp=args.vpp,
-        gpus_per_host=args.gpus_per_host,
-        layers_per_stage=args.layers_per_stage,
-    )
-    trace = load_trace(args.paths, opts)
+    trace = load_trace(args.paths, read_options(args))
     report = analyze(trace, exact_top_k=args.exact_top_k)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=1))
