@@ -61,24 +61,37 @@ def available_readers() -> dict[str, types.ModuleType]:
     return found
 
 
+def read_failure(exc: BaseException) -> str:
+    """What went wrong reading a file, in words a user can act on (truncated gzip, binary data)."""
+    if isinstance(exc, EOFError):
+        return "the gzip file is truncated (it ends before its compressed stream does)"
+    if isinstance(exc, gzip.BadGzipFile):
+        return f"not a valid gzip file: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text (a binary file? check --format)"
+    return f"cannot read file: {exc}"
+
+
 def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
     """The first ``size`` bytes of a file, gunzipped when it is gzip-compressed."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
     try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
         if magic == b"\x1f\x8b":
             with gzip.open(path, "rb") as gz:
                 return gz.read(size)
         with open(path, "rb") as fh:
             return fh.read(size)
     except (OSError, EOFError) as exc:
-        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+        raise TraceError(read_failure(exc), file=str(path)) from exc
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     """Files named directly, files inside named directories, and glob patterns, sorted."""
     out: list[Path] = []
     for raw in paths:
+        if not str(raw).strip():
+            raise TraceError("an empty path was given")
         p = Path(raw)
         if any(ch in str(raw) for ch in "*?["):
             matches = sorted(Path().glob(str(raw))) if not p.is_absolute() else sorted(
@@ -116,6 +129,8 @@ def detect_format(paths: Sequence[Path]) -> str:
         for name, module in readers.items():
             if module.sniff(path, head):
                 return name
+    if all(not read_head(p, 1) for p in paths):
+        raise TraceError("the file is empty", file=str(first))
     known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
     raise TraceError(f"cannot tell the trace format; pass --format (one of: {known})", file=str(first))
 
@@ -124,6 +139,7 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
     """Read one job's trace from files, directories or globs.
 
     A ``.yaml``/``.yml`` among the paths is taken as the meta file unless ``options.meta_path`` is set.
+    Among several files, those the chosen reader does not recognise are skipped with a note.
     """
     opts = options or ReadOptions()
     files = expand_paths(paths)
@@ -146,6 +162,23 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
             raise TraceError(f"unknown format {opts.format!r}; known formats: {known}")
     else:
         module = readers[detect_format(data)]
+    foreign = _foreign_files(module, data)
+    data = [f for f in data if f not in foreign]
     trace: Trace = module.read(data, opts)
     trace.sources = [str(f) for f in data]
+    if foreign:
+        fmt = module.__name__.rsplit(".", 1)[-1]
+        trace.notes.append(
+            f"skipped {len(foreign)} file(s) that are not {fmt} input: {', '.join(f.name for f in foreign)}"
+        )
     return trace
+
+
+def _foreign_files(module: types.ModuleType, files: Sequence[Path]) -> list[Path]:
+    """Files among several that the chosen reader does not recognise: a README, LICENSE, run log or
+    the generator's labels.json next to the traces. When it recognises none of them, none are
+    dropped, so the reader's own error names what is wrong with the first one."""
+    if len(files) < 2:
+        return []
+    foreign = [f for f in files if not module.sniff(f, read_head(f))]
+    return [] if len(foreign) == len(files) else foreign

@@ -10,6 +10,7 @@ as the largest rank index + 1). Several files are concatenated (e.g. one per ran
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -18,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import JobMeta, Trace, TraceError
-from diagnosers.readers import ReadOptions
+from diagnosers.readers import ReadOptions, read_failure
 from diagnosers.readers.normalize import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, meta_from_data, normalize
 
 FORMAT_NAMES: tuple[str, ...] = ("artifact", "parquet", "csv", "jsonl")
@@ -53,14 +54,34 @@ def open_stream(path: Path) -> BinaryIO:
         stream = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115 (the caller closes it)
         return cast(BinaryIO, stream)
     except OSError as exc:
-        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+        raise TraceError(read_failure(exc), file=str(path)) from exc
 
 
-def table_from_stream(stream: BinaryIO, kind: str, source: str, *, typed_json: bool = False) -> Any:
+def _json_line_number(source: str, record: int, skip: int) -> int | None:
+    """The 1-based line of the ``record``-th JSON record (0-based, blank lines not counted, after
+    ``skip`` leading records) in a file: pyarrow names records, a user's editor names lines."""
+    try:
+        with open_stream(Path(source)) as fh:
+            seen = -skip
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    if seen == record:
+                        return lineno
+                    seen += 1
+    except (OSError, EOFError, TraceError):
+        return None
+    return None
+
+
+def table_from_stream(
+    stream: BinaryIO, kind: str, source: str, *, typed_json: bool = False, skip_records: int = 0
+) -> Any:
     """A pyarrow Table from a parquet, CSV or JSON Lines stream (read from its current position).
 
     ``typed_json`` parses JSON Lines with the op-table column types given (the native format
     promises them), which skips type inference; other fields are still inferred.
+    ``skip_records`` is how many JSON records precede the stream's position (the native job
+    line), so a parse error can name the file's line.
     """
     import pyarrow as pa
 
@@ -95,8 +116,16 @@ def table_from_stream(stream: BinaryIO, kind: str, source: str, *, typed_json: b
         import pyarrow.csv as pcsv
 
         return pcsv.read_csv(stream)
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        raise TraceError(f"cannot parse as {kind}: {exc}", file=source) from exc
+    except (OSError, EOFError) as exc:
+        raise TraceError(read_failure(exc), file=source) from exc
+    except pa.ArrowException as exc:
+        message = str(exc)
+        row = re.search(r" in row (\d+)$", message)
+        if kind == "jsonl" and row:
+            line = _json_line_number(source, int(row.group(1)), skip_records)
+            if line is not None:
+                message = f"{message[: row.start()]} on line {line}"
+        raise TraceError(f"cannot parse as {kind}: {message}", file=source) from exc
 
 
 def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[Any]], list[str]]:
@@ -169,18 +198,87 @@ def read_columns(
     return {c: np.concatenate([cols[c] for cols in all_cols]) for c in common}, cats
 
 
+# The meta yaml's keys: the artifact's, ours (gpus_per_host, layers_per_stage), and JobMeta's names.
+META_KEYS: frozenset[str] = frozenset(
+    {"trial_name", "run_id", "dp_size", "dsp_size", "cp_size", "pp_size", "tp_size", "vpp_size",
+     "world_size", "gpus_per_host", "layers_per_stage", "dp", "pp", "tp", "cp", "vpp"}
+)
+
+
 def load_meta_yaml(path: Path) -> dict[str, Any]:
-    """The keys of a meta yaml file (the artifact's ``meta-*.yaml``)."""
+    """The keys of a meta yaml file (the artifact's ``meta-*.yaml``). An unknown key is an error
+    (a typo such as ``pp_szie`` would otherwise leave the size to be guessed from the data)."""
+    import difflib
+
     import yaml
 
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot read meta yaml: {exc}", file=str(path)) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise TraceError(f"meta yaml is not valid YAML{where}: {problem}", file=str(path)) from exc
     if not isinstance(data, dict):
-        raise TraceError("meta yaml is not a mapping", file=str(path))
+        raise TraceError("meta yaml is not a mapping of keys to values", file=str(path))
+    unknown = sorted(str(k) for k in data if k not in META_KEYS)
+    if unknown:
+        hints = [h for k in unknown for h in difflib.get_close_matches(k, META_KEYS, n=1)]
+        hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+        raise TraceError(
+            f"unknown meta key(s) {', '.join(unknown)}{hint}; known keys: {', '.join(sorted(META_KEYS))}",
+            file=str(path),
+        )
     return data
+
+
+# Meta yaml key -> ReadOptions field, for readers whose layout logic works from the options (Kineto).
+_YAML_OPTION = {
+    "dp_size": "dp", "pp_size": "pp", "tp_size": "tp", "dsp_size": "cp", "cp_size": "cp",
+    "vpp_size": "vpp", "dp": "dp", "pp": "pp", "tp": "tp", "cp": "cp", "vpp": "vpp",
+    "gpus_per_host": "gpus_per_host", "layers_per_stage": "layers_per_stage",
+}
+
+
+def options_with_meta(options: ReadOptions) -> ReadOptions:
+    """``options`` with the meta yaml's job keys filled in where the options leave them open
+    (command-line keys win, as for the other readers). Sizes must be positive integers."""
+    import dataclasses
+
+    if options.meta_path is None:
+        return options
+    path = options.meta_path
+    fill: dict[str, Any] = {}
+    for key, value in load_meta_yaml(path).items():
+        field = _YAML_OPTION.get(key)
+        if field is None or getattr(options, field) is not None:
+            continue
+        values = value if field == "layers_per_stage" else [value]
+        if not isinstance(values, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
+        ):
+            want = "a list of positive integers" if field == "layers_per_stage" else "a positive integer"
+            raise TraceError(f"meta key {key} must be {want}, got {value!r}", file=str(path))
+        fill[field] = value
+    return dataclasses.replace(options, **fill)
+
+
+def meta_problem(exc: ValueError) -> str:
+    """A job-model validation error on one line: ``dp: Input should be ... (got 0)``."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        got = f" (got {err['input']!r})" if field else ""
+        parts.append(f"{field}: {msg}{got}" if field else msg)
+    return "; ".join(parts)
 
 
 def find_meta_beside(path: Path) -> Path | None:
@@ -194,15 +292,23 @@ def find_meta_beside(path: Path) -> Path | None:
 
 
 def build_meta(
-    columns: dict[str, npt.NDArray[Any]], base: dict[str, Any], options: ReadOptions, fmt: str
+    columns: dict[str, npt.NDArray[Any]],
+    base: dict[str, Any],
+    options: ReadOptions,
+    fmt: str,
+    meta_file: Path | None = None,
 ) -> JobMeta:
-    """Meta from yaml/job keys in ``base``, the explicit options over them, the data for the rest."""
+    """Meta from yaml/job keys in ``base``, the explicit options over them, the data for the rest.
+
+    ``meta_file`` (where ``base`` came from) is named in the error when the keys are invalid."""
     merged = dict(base)
     merged.update(options.overrides())
     try:
         meta = meta_from_data(columns, merged)
     except ValueError as exc:
-        raise TraceError(f"bad job metadata: {exc}") from exc
+        raise TraceError(
+            f"bad job metadata: {meta_problem(exc)}", file=str(meta_file) if meta_file else None
+        ) from exc
     meta.source_format = fmt
     return meta
 
@@ -213,7 +319,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     cols, cats = read_columns(paths, kind)
     meta_path = options.meta_path or find_meta_beside(paths[0])
     base = load_meta_yaml(meta_path) if meta_path else {}
-    meta = build_meta(cols, base, options, "artifact")
+    meta = build_meta(cols, base, options, "artifact", meta_path)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     trace = normalize(cols, meta, source=source, optype_categories=cats)
     if meta_path is None and not options.overrides():

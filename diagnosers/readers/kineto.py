@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, read_head
+from diagnosers.readers import ReadOptions, read_failure, read_head
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
 
@@ -96,7 +96,7 @@ def load_json(path: Path) -> Any:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+        raise TraceError(read_failure(exc), file=str(path)) from exc
     except json.JSONDecodeError as exc:
         raise TraceError(f"not valid JSON: {exc}", file=str(path)) from exc
 
@@ -277,8 +277,10 @@ def layout_from(files: Sequence[RankFile], options: ReadOptions) -> Layout:
     elif pp is None:
         pp = world // (dp * tp * cp) if world % (dp * tp * cp) == 0 else 0
     if not dp or not pp or dp * pp * tp * cp != world:
+        given = " x ".join(f"{k} {v}" for k, v in (("dp", dp), ("pp", pp), ("tp", tp), ("cp", cp)) if v)
         raise TraceError(
-            f"world size {world} is not dp*pp*tp*cp = {dp}*{pp}*{tp}*{cp}; check --dp/--pp/--tp/--cp"
+            f"the trace's world size {world} does not split into {given}"
+            f"{' x the rest' if not dp or not pp else ''}; check --dp/--pp/--tp/--cp"
         )
     coords: dict[int, tuple[int, int] | None] = {}
     for r in ranks:
@@ -301,7 +303,7 @@ def layout_from(files: Sequence[RankFile], options: ReadOptions) -> Layout:
     if from_pg:
         source = "pg_config (" + ", ".join(k.upper() for k in from_pg) + " groups)"
     elif any(getattr(options, k) is not None for k in ("dp", "pp", "tp", "cp")):
-        source = "--dp/--pp/--tp/--cp with Megatron rank order"
+        source = "--dp/--pp/--tp/--cp or the meta yaml, with Megatron rank order"
     else:
         source = "no layout given: pure data parallel, dp = world size"
     return Layout(dp, pp, tp, cp, world, coords, source)
@@ -648,6 +650,15 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             )
         collectives = set()
     else:
+        if layout.pp > 1:
+            # without named P2P spans nothing links one stage to the next: each would be simulated
+            # as an independent job, and the report would look plausible and mean nothing
+            raise TraceError(
+                f"the layout has pp={layout.pp} ({layout.source}) but the trace has no "
+                "record_function spans with the Megatron/NDTimeline names, so pipeline stages cannot "
+                "be linked (stage boundaries are not recoverable from kernels); a plain data-parallel "
+                "trace needs pp = 1; " + _describe_names(kept)
+            )
         note_set: set[str] = set()
         for f in kept:
             ops = plain_ops(f, note_set)
@@ -729,8 +740,13 @@ def _ranges(values: Sequence[int]) -> str:
 
 
 def read(paths: list[Path], options: ReadOptions) -> Trace:
-    """Read one job's per-rank Kineto traces into a validated ``Trace``."""
+    """Read one job's per-rank Kineto traces into a validated ``Trace``.
+
+    A meta yaml (``--meta`` or among the paths) fills the job keys the options leave open."""
+    from diagnosers.readers.artifact import options_with_meta
     from diagnosers.readers.normalize import normalize
+
+    options = options_with_meta(options)
 
     if len(paths) > 1:
         # a directory may hold a LICENSE, README or run log next to the per-rank traces

@@ -90,7 +90,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
             rest = stream.peek(1) if hasattr(stream, "peek") else b"x"
             if not rest:
                 continue
-            table = table_from_stream(stream, "jsonl", str(path), typed_json=True)
+            table = table_from_stream(stream, "jsonl", str(path), typed_json=True, skip_records=1)
         if table.num_rows == 0:
             continue
         cols, local = columns_from_table(table, str(path))
@@ -104,6 +104,6 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     base = dict(job or {})
     if options.meta_path is not None:
         base.update(load_meta_yaml(options.meta_path))
-    meta = build_meta(cols, base, options, "native")
+    meta = build_meta(cols, base, options, "native", options.meta_path or paths[0])
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     return normalize(cols, meta, source=source, optype_categories=list(cat_index))

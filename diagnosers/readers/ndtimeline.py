@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from diagnosers.model import Trace, TraceError
-from diagnosers.readers import ReadOptions, read_head
+from diagnosers.readers import ReadOptions, read_failure, read_head
 from diagnosers.readers.kineto import load_json
 
 FORMAT_NAMES: tuple[str, ...] = ("ndtimeline", "ndtimeline-jsonl", "ndtimeline-chrome")
@@ -63,7 +63,7 @@ def _open_text(path: Path) -> str:
             data = gzip.decompress(data)
         return data.decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise TraceError(f"cannot read file: {exc}", file=str(path)) from exc
+        raise TraceError(read_failure(exc), file=str(path)) from exc
 
 
 class _Rows:
@@ -258,7 +258,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     arr = {k: v[keep] for k, v in arr.items()}
     meta_path = options.meta_path
     base = load_meta_yaml(meta_path) if meta_path else {}
-    meta = build_meta(arr, base, options, "ndtimeline")
+    meta = build_meta(arr, base, options, "ndtimeline", meta_path)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     trace = normalize(arr, meta, source=source)
     if meta_path is None and not options.overrides():

@@ -136,3 +136,31 @@ def test_a_multipart_upload_streams_several_files_and_reads_the_meta(
     assert (
         s["job"]["dp"] == 2 and s["job"]["pp"] == 4 and sorted(s["files"]) == ["meta-ST.yaml", "trace-ST.csv"]
     )
+
+
+def test_an_upload_with_a_readme_part_skips_it_and_says_so(
+    http: httpx.Client, st_files: list[Path]
+) -> None:
+    files = [("files", (p.name, p.read_bytes())) for p in st_files]
+    files.append(("files", ("README.md", b"# recorded on cluster A, job 42\n")))
+    r = http.post("/api/traces", files=files)
+    assert r.status_code == 201, r.text
+    summary = r.json()["summary"]
+    assert summary["job"]["trial_name"] == "ST" and summary["n_ops"] == 6784
+    assert any("README.md" in n for n in summary["notes"])
+
+
+def test_a_bad_meta_upload_gets_one_line_and_keeps_the_store(
+    http: httpx.Client, st_files: list[Path]
+) -> None:
+    before = http.get("/api/traces", params={"limit": 100}).json()["total"]
+    for meta, expect in (
+        (b"dp_size: 0\npp_size: 4\n", "bad job metadata: dp: Input should be greater than or equal to 1"),
+        (b"dp_size: 2\npp_szie: 4\n", "unknown meta key(s) pp_szie (did you mean pp_size?)"),
+    ):
+        files = [("files", (st_files[0].name, st_files[0].read_bytes())), ("files", ("meta.yaml", meta))]
+        r = http.post("/api/traces", files=files)
+        assert r.status_code == 422, r.text
+        msg = r.json()["error"]["message"]
+        assert expect in msg and "(file=meta.yaml)" in msg and "\n" not in msg
+    assert http.get("/api/traces", params={"limit": 100}).json()["total"] == before
