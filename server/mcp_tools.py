@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
@@ -57,7 +58,10 @@ Size = Annotated[int | None, Field(ge=1, le=1_000_000, description="parallel siz
 
 
 def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
-    """Turn the service's ``ApiError`` (and refused paths) into ``ToolError`` text the model reads."""
+    """Turn the service's ``ApiError`` (and refused paths) into ``ToolError`` text the model reads.
+
+    The docstring becomes the tool's description; it is dedented (Python 3.11 keeps the source
+    indentation, which the SDK would send to the client as is)."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -68,6 +72,7 @@ def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
         except PathNotAllowed as exc:
             raise ToolError(str(exc)) from exc
 
+    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")
     return wrapper
 
 

@@ -44,6 +44,8 @@ async def test_tools_have_schemas_annotations_and_descriptions(client: Client) -
     assert set(tools) >= TRACE_TOOLS
     for name, tool in tools.items():
         assert tool.description, name
+        # dedented: no source indentation reaches the client
+        assert not any(line.startswith(" ") for line in tool.description.splitlines()), name
         assert tool.output_schema is not None, f"{name} has no output schema"
         assert tool.annotations is not None, name
     assert tools["describe_trace"].annotations.read_only_hint is True
