@@ -6,6 +6,48 @@ import argparse
 import sys
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0 = any free port)."""
+    try:
+        port = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from exc
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {port}")
+    return port
+
+
+def preflight(host: str, port: int, data_dir: object) -> str | None:
+    """Why the server could not start, checked before uvicorn runs (it would log a traceback for a
+    data folder it cannot create, and open the store before finding the port taken), or None."""
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(str(data_dir))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"cannot use --data-dir {folder}: {exc.strerror or exc}"
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot resolve --host {host}: {exc.strerror}"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return f"cannot listen on {host}:{port}: {reason} (another server running? use --port)"
+    return None
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -14,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "non-loopback address needs --allowed-host and --token-file.",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000; 0 = any free port)")
     p.add_argument(
         "--data-dir",
         default=None,
@@ -61,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except SettingsError as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
+        return 2
+    problem = preflight(args.host, args.port, settings.data_dir)
+    if problem:
+        print(f"straggler-lens serve: error: {problem}", file=sys.stderr)
         return 2
     app = create_app(settings)
     shown = f"[{args.host}]" if ":" in args.host else args.host

@@ -109,3 +109,27 @@ def test_serve_refuses_unsafe_or_broken_settings(tmp_path: Path, args: list[str]
     )
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_serve_says_why_it_cannot_start_instead_of_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.cli import main
+
+    # a port another process listens on: refused before the store is opened
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--data-dir", str(tmp_path / "d1")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
+    # a data folder that cannot be created (its parent is a file)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["serve", "--port", "0", "--data-dir", str(blocker / "data")]) == 2
+    assert f"cannot use --data-dir {blocker / 'data'}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--port", "99999"])
+    assert exc.value.code == 2
+    assert "argument --port: expected a port number 0-65535, got 99999" in capsys.readouterr().err
