@@ -47,6 +47,30 @@ def read_options(options: dict[str, Any]) -> ReadOptions:
     return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
 
 
+def shown_steps(steps: list[int], most: int = 20) -> str:
+    """``23, 25, 33 ...``: the first ``most`` step ids of a trace, for error messages."""
+    return ", ".join(str(s) for s in steps[:most]) + (" ..." if len(steps) > most else "")
+
+
+def check_selector(trace: Trace, selector: dict[str, Any]) -> None:
+    """A 400 for scenario selectors naming ranks or steps the trace does not have: the engine
+    would select no op and answer a speedup of 1.0, which reads like a real result."""
+    meta = trace.meta
+    for key, size, name in (("dp_ranks", meta.dp, "dp"), ("pp_ranks", meta.pp, "pp")):
+        bad = sorted({int(r) for r in selector.get(key) or [] if not 0 <= int(r) < size})
+        if bad:
+            raise ApiError(
+                400,
+                "bad_scenario",
+                f"{key} {bad} outside the job: its {name} size is {size} (ranks 0-{size - 1})",
+            )
+    missing = sorted(set(selector.get("steps") or []) - set(trace.steps))
+    if missing:
+        raise ApiError(
+            400, "bad_scenario", f"steps {missing} are not traced; traced steps: {shown_steps(trace.steps)}"
+        )
+
+
 def trace_error(exc: Exception, folder: Path | None = None) -> ApiError:
     """A reader's rejection as a 422 that keeps the reader's precise message.
 
@@ -269,6 +293,7 @@ class Lens:
         hit = self.peek("scenario", rec.id, key)
         if hit is not None:
             return hit
+        check_selector(self.trace(rec), selector)
         body = self._cached(rec.id, "scenario", key, compute)
         return self.memo(("scenario", rec.id, key), ScenarioResult.model_validate_json(body))
 
@@ -317,9 +342,9 @@ class Lens:
         else:
             maps = step_heatmaps(report)
             if step not in maps:
-                known = sorted(maps)
-                shown = ", ".join(str(s) for s in known[:20]) + (" ..." if len(known) > 20 else "")
-                raise ApiError(400, "bad_step", f"no heatmap for step {step}; traced steps: {shown}")
+                raise ApiError(
+                    400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(sorted(maps))}"
+                )
             hm = maps[step]
         key = "" if step is None else str(step)
         body = self._cached(trace_id, "heatmap_png", key, lambda: base64.b64encode(render_png(hm)).decode())

@@ -77,6 +77,14 @@ async def test_whatif_tool_answers_report_and_scenario_bounded(live: Live, st_id
         assert free.structured_content["scenario"]["free_comm"] is True
         bad = await c.call_tool("run_whatif", {"trace_id": st_id, "optypes": ["warp-drive"]})
         assert bad.is_error and "warp-drive" in bad.content[0].text
+        # ranks or steps the job does not have would select nothing and answer speedup 1.0
+        for selector, expect in (
+            ({"pp_ranks": [9]}, "pp_ranks [9] outside the job: its pp size is 4 (ranks 0-3)"),
+            ({"dp_ranks": [0, 2]}, "dp_ranks [2] outside the job: its dp size is 2"),
+            ({"steps": [23, 24]}, "steps [24] are not traced; traced steps: 23, 25, 33"),
+        ):
+            off = await c.call_tool("run_whatif", {"trace_id": st_id, **selector})
+            assert off.is_error and expect in off.content[0].text, off.content[0].text
         pat = await c.call_tool("classify_patterns", {"trace_id": st_id})
         assert pat.structured_content["causes"][0]["pattern"]["spatial"] == "one-stage"
         rem = await c.call_tool("suggest_remedies", {"trace_id": st_id})
