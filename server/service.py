@@ -253,49 +253,52 @@ class Lens:
                 self.store.put_result(trace_id, kind, key, body)
             return body
 
+    def _result(self, kind: str, trace_id: str, key: str, compute: Callable[[], Any], model: Any) -> Any:
+        """A result model from memory, else from the store, else ``compute()``d once (its JSON is
+        stored, so it survives restarts). A reader or engine rejection becomes a 422."""
+
+        def as_json() -> str:
+            try:
+                return str(compute().model_dump_json())
+            except TraceError as exc:
+                raise trace_error(exc) from exc
+
+        memo_key = (kind, trace_id, key) if key else (kind, trace_id)
+        hit = self.peek(*memo_key)
+        if hit is not None:
+            return hit
+        body = self._cached(trace_id, kind, key, as_json)
+        return self.memo(memo_key, model.model_validate_json(body))
+
     def whatif(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The standard what-if report (``diagnosers.whatif.analyze``), cached."""
         from diagnosers.report import WhatIfReport
         from diagnosers.whatif import analyze
 
         rec = self.record(trace_id)
-
-        def compute() -> str:
-            trace = self.trace(rec)
-            try:
-                report = analyze(trace, progress=progress, engine=self.engine(rec))
-            except TraceError as exc:
-                raise trace_error(exc) from exc
-            return str(report.model_dump_json())
-
-        hit = self.peek("whatif", rec.id)
-        if hit is not None:
-            return hit
-        body = self._cached(rec.id, "whatif", "", compute)
-        return self.memo(("whatif", rec.id), WhatIfReport.model_validate_json(body))
+        return self._result(
+            "whatif",
+            rec.id,
+            "",
+            lambda: analyze(self.trace(rec), progress=progress, engine=self.engine(rec)),
+            WhatIfReport,
+        )
 
     def scenario(self, trace_id: str, **selector: Any) -> Any:
         """One what-if scenario (``diagnosers.whatif.run_scenario``), cached by its selector."""
+        from diagnosers.report import ScenarioResult
         from diagnosers.whatif import run_scenario
 
         rec = self.record(trace_id)
-        key = json.dumps(selector, sort_keys=True)
 
-        def compute() -> str:
+        def compute() -> Any:
+            check_selector(self.trace(rec), selector)
             try:
-                result = run_scenario(self.engine(rec), **selector)
+                return run_scenario(self.engine(rec), **selector)
             except (TraceError, ValueError) as exc:
                 raise ApiError(400, "bad_scenario", str(exc)) from exc
-            return str(result.model_dump_json())
 
-        from diagnosers.report import ScenarioResult
-
-        hit = self.peek("scenario", rec.id, key)
-        if hit is not None:
-            return hit
-        check_selector(self.trace(rec), selector)
-        body = self._cached(rec.id, "scenario", key, compute)
-        return self.memo(("scenario", rec.id, key), ScenarioResult.model_validate_json(body))
+        return self._result("scenario", rec.id, json.dumps(selector, sort_keys=True), compute, ScenarioResult)
 
     def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""
@@ -303,26 +306,17 @@ class Lens:
 
         rec = self.record(trace_id)
 
-        def compute() -> str:
+        def compute() -> Any:
             report = self.whatif(trace_id, scaled(progress, 0.0, 0.6))
-            trace = self.trace(rec)
-            try:
-                result = diagnose(
-                    trace,
-                    report=report,
-                    engine=self.engine(rec),
-                    similar=self.similar_fn(),
-                    progress=scaled(progress, 0.6, 1.0),
-                )
-            except TraceError as exc:
-                raise trace_error(exc) from exc
-            return str(result.model_dump_json())
+            return diagnose(
+                self.trace(rec),
+                report=report,
+                engine=self.engine(rec),
+                similar=self.similar_fn(),
+                progress=scaled(progress, 0.6, 1.0),
+            )
 
-        hit = self.peek("diagnosis", rec.id)
-        if hit is not None:
-            return hit
-        body = self._cached(rec.id, "diagnosis", "", compute)
-        return self.memo(("diagnosis", rec.id), Diagnosis.model_validate_json(body))
+        return self._result("diagnosis", rec.id, "", compute, Diagnosis)
 
     def heatmap(self, trace_id: str, step: int | None = None) -> tuple[bytes, Any, str]:
         """(PNG bytes, ``Heatmap``, text grid) of the job heatmap, or of one step's heatmap.
