@@ -121,17 +121,20 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
             structured_content=view.model_dump(mode="json"),
         )
 
-    @mcp.resource("trace://{trace_id}/whatif", mime_type="application/json", title="Stored what-if report")
-    async def whatif_resource(trace_id: str) -> str:
-        """The full what-if report of a stored trace (computed on first read, then cached)."""
+    async def stored_document(trace_id: str, kind: str) -> str:
+        """The full JSON of a stored result (``whatif`` or ``diagnosis``), computed on first read."""
         L = lens()
         if L.store.get(trace_id) is None:
             raise ResourceNotFoundError(f"no trace {trace_id}")
         try:
-            report = await run(L.whatif, trace_id)
+            return await run(L.result_json, kind, trace_id)
         except ApiError as exc:
             raise ResourceError(exc.message) from exc
-        return str(report.model_dump_json())
+
+    @mcp.resource("trace://{trace_id}/whatif", mime_type="application/json", title="Stored what-if report")
+    async def whatif_resource(trace_id: str) -> str:
+        """The full what-if report of a stored trace (computed on first read, then cached)."""
+        return await stored_document(trace_id, "whatif")
 
     if not have["diagnose"]:
         return
@@ -181,11 +184,4 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
     @mcp.resource("trace://{trace_id}/diagnosis", mime_type="application/json", title="Stored diagnosis")
     async def diagnosis_resource(trace_id: str) -> str:
         """The full diagnosis of a stored trace (computed on first read, then cached)."""
-        L = lens()
-        if L.store.get(trace_id) is None:
-            raise ResourceNotFoundError(f"no trace {trace_id}")
-        try:
-            diag = await run(L.diagnosis, trace_id)
-        except ApiError as exc:
-            raise ResourceError(exc.message) from exc
-        return str(diag.model_dump_json())
+        return await stored_document(trace_id, "diagnosis")
