@@ -32,6 +32,13 @@ Topic = Annotated[str | None, Field(description="topic name (see vocab)")]
 Org = Annotated[str | None, Field(description="organisation, e.g. Meta")]
 YearFrom = Annotated[int | None, Field(ge=1990, le=2100, description="earliest year")]
 YearTo = Annotated[int | None, Field(ge=1990, le=2100, description="latest year")]
+FILTER_NAMES = ("category", "cause", "tag", "topic", "org", "year_from", "year_to")
+
+
+def filters_of(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The incident filters among a tool's arguments (``locals()`` before any other assignment):
+    the search and list tools take the same flat filter arguments, named once here."""
+    return {k: arguments[k] for k in FILTER_NAMES}
 
 
 def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have: dict[str, bool]) -> None:
@@ -40,6 +47,12 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
     def lib() -> Any:
         return lens().library
+
+    async def find(query: str | None, filters: dict[str, Any], limit: int, offset: int) -> IncidentResults:
+        result: IncidentResults = await anyio.to_thread.run_sync(
+            search_or_list, lib(), query, filters, limit, offset
+        )
+        return result
 
     @mcp.tool(name="search_incidents", title="Search past incidents", annotations=READ_ONLY)
     @tool_errors
@@ -60,16 +73,7 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         Tolerates typos and synonyms; filters narrow the result. `next_offset` pages on; get_incident
         gives the full case.
         """
-        filters = dict(
-            category=category,
-            cause=cause,
-            tag=tag,
-            topic=topic,
-            org=org,
-            year_from=year_from,
-            year_to=year_to,
-        )
-        return await anyio.to_thread.run_sync(search_or_list, lib(), query, filters, limit, offset)
+        return await find(query, filters_of(locals()), limit, offset)
 
     @mcp.tool(name="list_incidents", title="List past incidents", annotations=READ_ONLY)
     @tool_errors
@@ -85,16 +89,7 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         offset: Offset = 0,
     ) -> IncidentResults:
         """List incidents matching the filters (all when none), newest first."""
-        filters = dict(
-            category=category,
-            cause=cause,
-            tag=tag,
-            topic=topic,
-            org=org,
-            year_from=year_from,
-            year_to=year_to,
-        )
-        return await anyio.to_thread.run_sync(search_or_list, lib(), None, filters, limit, offset)
+        return await find(None, filters_of(locals()), limit, offset)
 
     @mcp.tool(name="get_incident", title="Get one incident", annotations=READ_ONLY)
     @tool_errors

@@ -103,6 +103,15 @@ async def test_incident_tools(live: Live) -> None:
         found = await c.call_tool("search_incidents", {"query": "garbage collection pauses", "limit": 3})
         assert found.structured_content["total"] >= 1
         assert len(found.structured_content["results"]) <= 3
+        # every filter reaches the library: a search narrowed by cause and years
+        narrowed = await c.call_tool(
+            "search_incidents",
+            {"query": "slow training", "cause": "faulty-machine", "year_from": 2024, "year_to": 2024},
+        )
+        hits = narrowed.structured_content["results"]
+        assert hits and all("faulty-machine" in h["causes"] for h in hits)
+        everything = await c.call_tool("search_incidents", {"query": "slow training"})
+        assert narrowed.structured_content["total"] < everything.structured_content["total"]
         listed = await c.call_tool("list_incidents", {"cause": "gc-pause", "limit": 2})
         assert all("gc-pause" in h["causes"] for h in listed.structured_content["results"])
         v = await c.call_tool("vocab", {})
