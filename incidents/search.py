@@ -8,7 +8,7 @@ raise ``InvalidFilterError`` (``ValueError``); an empty result carries a ``messa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -195,6 +195,21 @@ def filter_mask(lib: Library, filters: IncidentFilters) -> np.ndarray:
     return mask
 
 
+def _paged(order: np.ndarray, offset: int, limit: int, hit: Callable[[int], IncidentHit], empty: str,
+           noun: str) -> IncidentResults:
+    """One page of ``order`` (case positions, best first) with the total, ``next_offset`` (null on
+    the last page) and a message when the page is empty: ``empty`` when nothing matched at all."""
+    total = len(order)
+    results = [hit(int(i)) for i in order[offset: offset + limit]]
+    nxt = offset + limit if offset + limit < total else None
+    message = None
+    if total == 0:
+        message = empty
+    elif not results:
+        message = f"offset {offset} is past the last {noun} ({total} in total)."
+    return IncidentResults(total=total, results=results, next_offset=nxt, message=message)
+
+
 def _empty_message(query: str | None, filters: IncidentFilters) -> str:
     described = filters.describe()
     if query is None:
@@ -239,19 +254,12 @@ def search_incidents(
         hits = hits[:0]
     # rank: score desc (to the shown precision), then newer date, then id (cases are in id order)
     order = hits[np.lexsort((hits, -idx.date_key[hits], -np.round(scores[hits], 1)))]
-    total = int(order.size)
-    page = order[offset: offset + limit].tolist()
-    results = []
-    for i in page:
+
+    def hit(i: int) -> IncidentHit:
         reasons, matched = idx.explain(i, scored.terms)
-        results.append(_hit(idx.cases[i], float(scores[i]), reasons, matched))
-    nxt = offset + limit if offset + limit < total else None
-    message = None
-    if total == 0:
-        message = _empty_message(query, filters)
-    elif not results:
-        message = f"offset {offset} is past the last match ({total} in total)."
-    return IncidentResults(total=total, results=results, next_offset=nxt, message=message)
+        return _hit(idx.cases[i], float(scores[i]), reasons, matched)
+
+    return _paged(order, offset, limit, hit, _empty_message(query, filters), "match")
 
 
 def get_incident(case_id: str, *, library: Library | None = None) -> Case:
@@ -284,16 +292,7 @@ def list_incidents(
     idx = lib.index
     hits = np.flatnonzero(filter_mask(lib, filters))
     order = hits[np.lexsort((hits, -idx.date_key[hits]))]
-    total = int(order.size)
-    page = order[offset: offset + limit].tolist()
-    nxt = offset + limit if offset + limit < total else None
-    message = None
-    if total == 0:
-        message = _empty_message(None, filters)
-    elif not page:
-        message = f"offset {offset} is past the last case ({total} in total)."
-    return IncidentResults(total=total, results=[_hit(idx.cases[i]) for i in page], next_offset=nxt,
-                           message=message)
+    return _paged(order, offset, limit, lambda i: _hit(idx.cases[i]), _empty_message(None, filters), "case")
 
 
 def get_topic(name: str, *, library: Library | None = None) -> TopicCases:
