@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
 from diagnosers.readers import ReadOptions, read_failure, read_head
+from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
 
@@ -702,15 +703,7 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
             cols["optype"].append(nm)
             cols["start_ts"].append(st + f.origin)
             cols["duration"].append(du)
-    columns: dict[str, Any] = {
-        "dp_rank": np.asarray(cols["dp_rank"], dtype=np.int64),
-        "stage": np.asarray(cols["stage"], dtype=np.int64),
-        "rank": np.asarray(cols["rank"], dtype=np.int64),
-        "step": np.asarray(cols["step"], dtype=np.int64),
-        "optype": np.asarray(cols["optype"], dtype=object),
-        "start_ts": np.asarray(cols["start_ts"], dtype=np.float64),
-        "duration": np.asarray(cols["duration"], dtype=np.float64),
-    }
+    columns: dict[str, Any] = columns_from_lists(cols)
     meta_kw: dict[str, Any] = {
         k: v for k, v in options.overrides().items() if k not in ("dp", "pp", "tp", "cp")
     }

@@ -28,6 +28,7 @@ import numpy as np
 from diagnosers.model import Trace, TraceError
 from diagnosers.readers import ReadOptions, read_failure, read_head
 from diagnosers.readers.kineto import load_json
+from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("ndtimeline", "ndtimeline-jsonl", "ndtimeline-chrome")
 
@@ -230,15 +231,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     c = rows.cols
     if not c["rank"]:
         raise TraceError("no NDTimeline events in the given files", file=str(paths[0]))
-    arr = {
-        "dp_rank": np.asarray(c["dp_rank"], dtype=np.int64),
-        "stage": np.asarray(c["stage"], dtype=np.int64),
-        "rank": np.asarray(c["rank"], dtype=np.int64),
-        "step": np.asarray(c["step"], dtype=np.int64),
-        "optype": np.asarray(c["optype"], dtype=object),
-        "start_ts": np.asarray(c["start_ts"], dtype=np.float64),
-        "duration": np.asarray(c["duration"], dtype=np.float64),
-    }
+    arr = columns_from_lists(c)
     tp = np.asarray(c["tp"], dtype=np.int64)
     # One traced rank per (dp, stage): TP rank 0, then the lowest remaining rank (CP peers).
     keep = tp == 0

@@ -113,6 +113,23 @@ def dense_ids(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDAr
     return uniq + lo, lookup[v - lo]
 
 
+_RAW_DTYPES: dict[str, Any] = {
+    "dp_rank": np.int64,
+    "stage": np.int64,
+    "rank": np.int64,
+    "step": np.int64,
+    "optype": object,
+    "start_ts": np.float64,
+    "duration": np.float64,
+}
+
+
+def columns_from_lists(cols: Mapping[str, Sequence[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """The required op-table columns as arrays, from per-row lists (readers that build rows one
+    event at a time); ``optype`` stays as names for ``normalize`` to classify."""
+    return {k: np.asarray(cols[k], dtype=dt) for k, dt in _RAW_DTYPES.items()}
+
+
 def meta_from_data(columns: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> JobMeta:
     """A ``JobMeta`` whose ``dp`` / ``pp`` default to what the trace shows (max rank index + 1).
 
