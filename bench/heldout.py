@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accuracy import Case, confusion_table, run, summarize  # noqa: E402
+from accuracy import Case, confusion_table, run, summarize
 
-from diagnosers.synth import CostModel, Scenario, ScenarioSpec, Schedule  # noqa: E402
+from diagnosers.synth import CostModel, Scenario, ScenarioSpec, Schedule
 
 S = Scenario
 HELDOUT_SEED = 20261129
@@ -183,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         f"held-out jobs: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
         f"{summary['below_threshold_jobs']} below threshold)"
     )
-    for key in ("top1_accuracy", "cause_recall", "location_accuracy", "healthy_false_alarm_rate",
-                "jobs_with_spurious_cause"):
+    for key in (
+        "top1_accuracy",
+        "cause_recall",
+        "location_accuracy",
+        "healthy_false_alarm_rate",
+        "jobs_with_spurious_cause",
+    ):
         print(f"{key:28s} {float(summary[key]):.3f}")  # type: ignore[arg-type]
     print(f"{'healthy_with_any_cause':28s} {summary['healthy_with_any_cause']}")
     print(f"{'faulty_machine_on_healthy':28s} {summary['faulty_machine_on_healthy']}")

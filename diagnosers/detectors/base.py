@@ -150,6 +150,7 @@ class TraceStats:
     fwd_excess_z: npt.NDArray[np.float64]  # per forward op: robust z-score of that excess
     fwd_index: npt.NDArray[np.int64]  # op-table rows of those forward ops
     fwd_typical: npt.NDArray[np.float64]  # per forward op: median forward of its (stage, chunk)
+    bwd_outliers: int  # backwards whose excess over what their forward explains looks like a pause
     stage_fwd_mean: npt.NDArray[np.float64]  # (pp,) mean forward-compute duration per stage
     stage_bwd_mean: npt.NDArray[np.float64]  # (pp,) mean backward-compute duration per stage
     n_ops: int
@@ -160,6 +161,7 @@ class TraceStats:
     op_gmc: npt.NDArray[np.int32]  # global model chunk (-1 where not applicable)
     transfer: npt.NDArray[np.float64]  # per op: the engine's original duration (transfer time for comm)
     probe: Probe | None = None
+    op_start: npt.NDArray[np.float64] | None = None  # per op: start time (seconds), for batched P2P
     layers_per_stage: list[int] | None = None  # from the job metadata, when known
     notes: list[str] = field(default_factory=list)
 

@@ -7,13 +7,17 @@ Evidence, all of which must hold:
   quarter of the hosts), which may fill PP rows;
 - persistence: in at least 3/4 of the steps, each hot cell's compute exceeds its stage peers'
   median by at least half its own typical excess (uniform noise moves from step to step);
+- an outlier: each cell's persistent speed factor (median over steps of its compute over its
+  stage peers' median) is at least ``OUTLIER_Z`` robust standard deviations (MAD) from the other
+  workers' — the slowest of a normal spread of GPU speeds is not a faulty machine;
 - all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
   or, with lower confidence, at least 90% of the worker's forwards (or backwards) take 1.2x or
   more their stage's median — slow kernels on every microbatch, which no data imbalance or
   sporadic pause produces;
 - what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
-  slowdown (the host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a
-  host has in small jobs, and is reported as evidence).
+  slowdown, or putting only their compute back into the ideal run recreates that share (the
+  host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
+  in small jobs, and is reported as evidence).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ PERSIST_FRACTION = 0.75
 # A machine slow in only some kernels (e.g. forwards) must be slow in nearly all of them.
 CONSISTENT_FRACTION = 0.9
 SLOW_OP = 1.2
+# A faulty machine stands outside the fleet's spread of worker speeds: its persistent speed factor
+# is at least this many robust standard deviations (MAD) from the others'. Gaussian spread reaches
+# 5 sigma once in ~3.5 million workers, so a slowest-of-many healthy GPU does not pass.
+OUTLIER_Z = 5.0
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -99,6 +107,30 @@ def persistence(stats: TraceStats, cells: list[tuple[int, int]]) -> tuple[float,
         return 0.0, float(r.mean())
     ok = ((r - 1.0) >= 0.5 * typical[None, :]).all(axis=1)
     return float(ok.mean()), float(r.mean())
+
+
+def outlier_z(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
+    """The smallest robust z-score, over the cells, of the worker's persistent speed factor among
+    the workers outside ``cells`` (inf when nothing is left to compare with).
+
+    A worker's factor is the median over steps of its compute over the median of its stage's
+    workers outside ``cells``. Every
+    fleet has a spread of GPU speeds; a faulty machine is one that stands outside that spread, not
+    merely the slowest of many (with 200 workers the slowest healthy one sits ~3 sigma out)."""
+    comp = stats.compute
+    # Stage reference without the candidates (with 2 DP ranks a slow worker is half its stage).
+    ref = peer_reference(comp, cells)[:, None, :]
+    factor = np.median(np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0), axis=0)  # (dp, pp)
+    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        inside[d, p] = True
+    others = factor[~inside & (stats.rank_of >= 0)]
+    if others.size < 2:
+        return float("inf")
+    med = float(np.median(others))
+    # Floor the spread at 0.1%: below that, clocks and timers, not GPUs, set the differences.
+    sigma = max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    return float(min((factor[d, p] - med) / sigma for d, p in cells))
 
 
 def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
@@ -164,6 +196,9 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     persist, peer_ratio = persistence(stats, cells)
     if persist < PERSIST_FRACTION:
         return None
+    z = outlier_z(stats, cells)
+    if z < OUTLIER_Z:
+        return None  # the slowest of a normal spread of GPU speeds, not a faulty machine
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells)
@@ -175,7 +210,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
 
     masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
     if stats.probe is not None:
-        share, compute_share = stats.probe.fix_ratios(masks)
+        probe = stats.probe
+        share, compute_share = probe.fix_ratios(masks)
+        # The ``add`` view too (put only these workers' compute back into the ideal run): with
+        # batched P2P (interleaved 1F1B) or a second cause on the critical path, idealising the
+        # machine alone leaves the others' waits in place and under-states what it costs.
+        added = probe.add_share(np.where(masks[1], probe.original, probe.ideal))
+        compute_share = max(compute_share, added)
+        share = max(share, added)
     else:
         mw = report.m_w.rem if report.m_w is not None and report.m_w.rem is not None else 0.0
         share = compute_share = mw
@@ -232,6 +274,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "peer_compute_ratio": rounded(peer_ratio),
             "optimizer_ratio": rounded(opt_ratio) if opt_ratio is not None else None,
             "persistent_step_fraction": rounded(persist),
+            "outlier_z": rounded(z, 2) if np.isfinite(z) else None,
             "consistently_slow_op_fraction": rounded(consistent) if consistent is not None else None,
             "fix_share": rounded(share),
             "fix_share_compute": rounded(compute_share),

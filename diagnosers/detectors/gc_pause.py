@@ -4,6 +4,9 @@ A pause stops the process inside a forward; the matching backward is unaffected.
 forward has a large "unmirrored excess" (its extra time not explained by its backward, see
 ``stats._forward_backward``). Evidence, all of which must hold:
 - paused forwards: robust z-score of that excess >= 8 and excess >= 20% of a typical forward;
+- forward-only: when some backwards also show an unmirrored excess of that size (heavy-tailed
+  kernel noise hits both passes), the forward count must be improbable under a fair coin
+  (binomial p <= 0.01); a pause inside the forward leaves the backwards clean;
 - sporadic: no worker has pauses in more than half of its forwards (a worker slow in every
   forward is a machine), and pauses hit more than one (worker, step) pair;
 - what-if: removing the pauses removes at least ``MIN_SHARE`` of the slowdown, or putting only
@@ -13,6 +16,8 @@ confidence, but is not required: short profiles rarely show it.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -26,11 +31,24 @@ from diagnosers.detectors.base import (
     rounded,
 )
 from diagnosers.detectors.registry import register
+from diagnosers.detectors.stats import OUTLIER_REL, OUTLIER_Z
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
-Z_MIN = 8.0
-REL_MIN = 0.2
+Z_MIN = OUTLIER_Z
+REL_MIN = OUTLIER_REL
+# Heavy-tailed op noise slows forwards and backwards alike, a pause inside the forward does not:
+# with backward outliers present, the forward outliers must be improbable under a fair coin.
+NOISE_P = 0.01
+
+
+def noise_p_value(n_fwd: int, n_bwd: int) -> float:
+    """P(X >= n_fwd) for X ~ Binomial(n_fwd + n_bwd, 1/2): how likely this many of the outliers fall
+    on forwards if outliers hit forwards and backwards alike (every forward has its backward)."""
+    n = n_fwd + n_bwd
+    if n == 0:
+        return 1.0
+    return float(sum(math.comb(n, k) for k in range(n_fwd, n + 1)) / 2.0**n)
 
 
 def paused_forwards(stats: TraceStats) -> npt.NDArray[np.bool_]:
@@ -63,6 +81,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     worst_fraction = float((per_worker / fwd_per_worker).max())
     if worst_fraction > 0.5:
         return None
+    n_fwd, n_bwd = int(paused.sum()), stats.bwd_outliers
+    p_noise = noise_p_value(n_fwd, n_bwd)
+    if n_bwd > 0 and p_noise > NOISE_P:
+        return None  # backwards have as many such outliers: heavy-tailed op noise, not a pause
     step_idx = stats.op_step_index[rows]
     pairs = np.unique(cell * stats.n_steps + step_idx)
     if len(pairs) < 2:
@@ -119,6 +141,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "worst_worker_pause_fraction": rounded(worst_fraction),
             "growth_rank_correlation": rounded(growth),
             "fix_share": rounded(share),
+            "backward_outliers": n_bwd,
+            "noise_p_value": rounded(p_noise, 6),
             "pauses_per_worker_step": rounded(n_pauses / max(n_workers * stats.n_steps, 1)),
         },
         summary=summary,

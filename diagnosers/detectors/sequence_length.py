@@ -91,8 +91,9 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         balanced = rebalanced_durations(stats)
         rem = stats.probe.share(balanced)
         # Put back only the per-microbatch deviations from the rebalanced value into the ideal run.
-        ratio = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
-        share = max(rem, stats.probe.add_share(stats.probe.ideal * ratio))
+        # (Its own name: ``ratio`` holds the per-step slowest/median replica ratio reported below.)
+        deviation = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
+        share = max(rem, stats.probe.add_share(stats.probe.ideal * deviation))
     else:
         share = min(1.0, float(np.mean(ratio)) - 1.0)
     if share < MIN_SHARE:

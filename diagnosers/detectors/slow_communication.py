@@ -7,11 +7,14 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   more than idealising every compute op does;
 - localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
   group, and each worker or host whose point-to-point transfers are at least twice as slow as the
-  typical worker's (with the collectives it takes part in) — ranked by excess transfer time; the
-  best few are idealised one by one. The most specific candidate removing at least 90% of what
-  the best one removes is the location, when that is at least half of what fixing all
-  communication does; otherwise the slow communication is job-wide, reported only when the job
-  is straggling (S >= 1.1): uniformly jittery transfers alone are not a straggler.
+  typical worker's (with the collectives it takes part in, both ends of its P2P transfers, and
+  every row of a batched P2P call it is part of) — ranked by excess transfer time; the best few
+  are idealised one by one. The most specific candidate (fewest ops) removing at least 90% of
+  what the best one removes is the location (a stage's DP group yields to a member whose own P2P
+  transfers are slow and that explains as much: a collective runs at its slowest member's pace),
+  when that is at least half of what fixing all communication does; otherwise the slow communication
+  is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
+  alone are not a straggler.
 """
 
 from __future__ import annotations
@@ -105,16 +108,26 @@ def candidates(
     dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
     dp_slow = dp_stage_excess > 0
 
+    batch = batch_ids(stats, is_p2p)
+
     def with_collectives(mask: npt.NDArray[np.bool_], stages: set[int]) -> npt.NDArray[np.bool_]:
-        # Fixing a member's NIC also fixes the collectives it slows down, for every member.
+        # Fixing a member's NIC also fixes the collectives it slows down, for every member, and both
+        # ends of its point-to-point transfers (the peer's half of each pair is as slow).
         extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
-        return mask | extra
+        touched = np.unique(link[mask & ok])
+        return with_batches(mask | extra | (ok & np.isin(link, touched)), batch)
 
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
         r, s = divmod(i, pp)
         if kind == "link":
-            out.append((f"pp link dp {r}: stage {s} <-> {s + 1}", [(r, s), (r, s + 1)], link == i))
+            out.append(
+                (
+                    f"pp link dp {r}: stage {s} <-> {s + 1}",
+                    [(r, s), (r, s + 1)],
+                    with_batches(link == i, batch),
+                )
+            )
         elif kind == "host":
             cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
             mask = with_collectives(is_comm & (host == i), {b for _, b in cells})
@@ -125,6 +138,27 @@ def candidates(
             mask = with_collectives(is_comm & (d == r) & (p == s), {s})
             out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
     return out
+
+
+def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """Per op: an id shared by the P2P rows of one batched call (same worker, step and start time;
+    a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere."""
+    out = np.full(stats.n_ops, -1, dtype=np.int64)
+    if stats.op_start is None or not is_p2p.any():
+        return out
+    idx = np.flatnonzero(is_p2p)
+    cell = (stats.op_step_index[idx] * stats.dp + stats.op_dp[idx]) * stats.pp + stats.op_pp[idx]
+    keys = np.stack([cell.astype(np.float64), stats.op_start[idx]], axis=1)
+    _, inv = np.unique(keys, axis=0, return_inverse=True)
+    out[idx] = inv.reshape(-1)
+    return out
+
+
+def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
+    when all its transfers have, so fixing one direction alone leaves the call as slow."""
+    hit = np.unique(batch[mask & (batch >= 0)])
+    return mask | ((batch >= 0) & np.isin(batch, hit)) if hit.size else mask
 
 
 def type_baseline(
@@ -155,9 +189,21 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     shares = probe.fix_ratios([m for _, _, m in scored]) if scored else []
     best = int(np.argmax(shares)) if shares else -1
     if best >= 0:
-        # Among candidates nearly as good as the best, name the most specific one.
+        # Among candidates nearly as good as the best, name the most specific one: the smallest fix
+        # (fewest ops idealised; a link's transfers are a subset of either end's NIC), then the
+        # fewest workers.
         near = [k for k, v in enumerate(shares) if v >= 0.9 * shares[best]]
-        best = min(near, key=lambda k: (len(scored[k][1]), -shares[k]))
+        # A collective runs at its slowest member's pace: when a worker or host whose own P2P
+        # transfers are slow is nearly as good, its stage's DP group is slow because of it.
+        members = {
+            c for k in near if not scored[k][0].startswith(("dp group", "pp link")) for c in scored[k][1]
+        }
+        near = [
+            k
+            for k in near
+            if not (scored[k][0].startswith("dp group") and any(c in members for c in scored[k][1]))
+        ]
+        best = min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
     localised = best >= 0 and shares[best] >= 0.5 * share_comm
     if localised:
         name, cells, _ = scored[best]

@@ -6,11 +6,18 @@ Evidence, all of which must hold:
   every op of that stage) is large — the stage is where the slowdown lives;
 - the whole PP row is heavy, not one cell: every DP rank of the stage carries at least half the
   compute excess of the typical (median) one, measured against the other stages' compute;
+- persistent: in at least 3/4 of the steps the row's typical DP rank carries at least half its
+  typical excess (a partition is heavy in every step; pauses or data are not);
 - the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
-  row whose host(s) also hold other hot workers, is left to the faulty-machine detector;
-- what-if: scaling only that stage's compute to the job-wide typical per-op-type duration, keeping
-  every within-stage variation, removes at least ``MIN_SHARE`` of the slowdown. That isolates the
-  between-stage part from, say, sequence-length noise living on the same stage.
+  row whose host(s) also hold other hot workers that are slow in their own compute too (not only
+  waiting), is left to the faulty-machine detector;
+- both passes heavier: the stage's mean backward excess (vs the other stages) is at least a quarter
+  of its forward excess — extra layers or a head cost backward time too, a forward-only excess is
+  a pause;
+- what-if: scaling only that stage's compute to the job-wide typical per-op-type duration (per model
+  chunk), keeping every within-chunk variation, removes at least ``MIN_SHARE`` of the slowdown, or
+  putting only that imbalance back into the ideal run recreates that share (the larger counts).
+  That isolates the between-stage part from, say, sequence-length noise living on the same stage.
 """
 
 from __future__ import annotations
@@ -32,21 +39,53 @@ from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
+# As for a faulty machine: the stage must be heavy in at least 3/4 of the steps.
+PERSIST_FRACTION = 0.75
+# Extra work on a stage lengthens its backwards too: their relative excess must be at least this
+# share of the forwards' (ST's loss head: 0.85x the forward's extra time over a 2x backward = 0.43).
+BWD_SHARE = 0.25
+
 
 def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
-    """Original durations with ``stage``'s forward/backward compute scaled so its per-type mean
-    equals the job-wide mean of that type (the ideal), keeping the variation inside the stage."""
+    """Original durations with ``stage``'s forward/backward compute scaled so that, per op type and
+    model chunk, its mean equals the ideal (job-wide typical) mean of those ops, keeping the
+    variation inside each chunk.
+
+    Per chunk because the model chunk is the unit a pipeline places (with interleaved 1F1B a stage
+    holds ``vpp`` chunks and the embedding or head lives in one of them): scaling the stage as a
+    whole would shrink its normal chunks and leave the heavy one heavy. Without VPP a stage is one
+    chunk, so this is the stage's per-type mean."""
     assert stats.probe is not None
     d = stats.probe.original.copy()
+    on_stage = stats.op_pp == stage
     for code in (FWD, BWD):
-        m = (stats.optype == code) & (stats.op_pp == stage)
-        if not m.any():
-            continue
-        mean_here = d[m].mean()
-        target = stats.probe.ideal[m].mean()
-        if mean_here > 0:
-            d[m] *= target / mean_here
+        of_type = (stats.optype == code) & on_stage
+        for g in np.unique(stats.op_gmc[of_type]):
+            m = of_type & (stats.op_gmc == g)
+            mean_here = d[m].mean()
+            target = stats.probe.ideal[m].mean()
+            if mean_here > 0:
+                d[m] *= target / mean_here
     return d
+
+
+def _own_compute_ratio(stats: TraceStats, comp: np.ndarray, cells: list[tuple[int, int]]) -> list[float]:
+    """Each cell's mean compute over the median of its stage peers outside ``cells`` (or, for a
+    whole row, of every worker off the cells' hosts): how slow the worker is in its *own* work,
+    waits excluded."""
+    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        inside[d, p] = True
+    hs = {int(stats.host_of[d, p]) for d, p in cells}
+    off_hosts = ~np.isin(stats.host_of, list(hs)) & (stats.rank_of >= 0)
+    # A whole row on the host has no stage peer off it: compare with every worker off the hosts.
+    fallback = float(np.median(comp[off_hosts])) if off_hosts.any() else float("nan")
+    out = []
+    for d, p in cells:
+        peers = comp[~inside[:, p], p]
+        ref = float(np.median(peers)) if peers.size else fallback
+        out.append(comp[d, p] / ref if ref > 0 else float("nan"))
+    return out
 
 
 def _hot_cells_on_hosts(
@@ -79,13 +118,26 @@ def _heavy_row(
     # hot cell — or one hot cell among two DP ranks — is not a heavy stage.
     if row_typical <= 1.0 or (row_min - 1.0) < 0.5 * (row_typical - 1.0):
         return None
+    # Persistent: a partition makes the stage heavy in every step; pauses or data make it heavy in
+    # some. Per step, the row's typical DP rank must carry at least half the typical excess.
+    per_step = stats.compute[:, :, hot]
+    others_step = np.median(np.delete(stats.compute, hot, axis=2).reshape(stats.n_steps, -1), axis=1)
+    step_ratio = np.median(per_step, axis=1) / np.maximum(others_step, 1e-12)
+    if float(np.mean(step_ratio - 1.0 >= 0.5 * (row_typical - 1.0))) < PERSIST_FRACTION:
+        return None
     row_cells = [(d, hot) for d in range(stats.dp)]
     hosts = host_cluster(stats, row_cells)
     if hosts is None:
         # The row may share its host(s) with other hot workers: then the host, not the stage, is hot.
+        # A slow host makes its other workers slow in their *own* compute (vs their stage peers); a
+        # heavy stage makes them only wait, which S_w alone cannot tell apart (interleaved schedules
+        # put those waits into batched transfers), so require the own-compute excess too.
         on_hosts = _hot_cells_on_hosts(stats, report, row_cells)
-        if any(p != hot for _, p in on_hosts) and host_cluster(stats, on_hosts) is not None:
-            return None
+        off_row = [c for c in on_hosts if c[1] != hot]
+        if off_row and host_cluster(stats, on_hosts) is not None:
+            own = _own_compute_ratio(stats, comp, off_row)
+            if all(np.isfinite(r) and r - 1.0 >= 0.5 * (row_typical - 1.0) for r in own):
+                return None
     elif hot not in (0, stats.pp - 1):
         # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
         # signature, a slow host is.
@@ -117,9 +169,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     m_s = ms.rem if ms is not None and ms.rem is not None else None
 
     if stats.probe is not None:
-        t_bal = float(stats.probe.mean_times(balanced_stage_durations(stats, hot))[0])
-        gap = stats.probe.t_orig - stats.probe.t_ideal
-        share = (stats.probe.t_orig - t_bal) / gap if gap > 0 else 0.0
+        balanced = balanced_stage_durations(stats, hot)
+        rem = stats.probe.share(balanced)
+        # And the artifact's ``add`` view: put only the stage's imbalance (its ops' ratio to the
+        # balanced value) back into the ideal run. With batched P2P (interleaved 1F1B) the transfers
+        # absorb the waits for the heavy stage, so idealising compute alone under-states its share.
+        ratio = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
+        share = max(rem, stats.probe.add_share(stats.probe.ideal * ratio))
     else:
         share = m_s if m_s is not None else 0.0
     if share < MIN_SHARE:
@@ -129,6 +185,11 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     others_b = np.delete(stats.stage_bwd_mean, hot)
     fwd_ratio = stats.stage_fwd_mean[hot] / others_f.mean() if others_f.mean() > 0 else float("nan")
     bwd_ratio = stats.stage_bwd_mean[hot] / others_b.mean() if others_b.mean() > 0 else float("nan")
+    if fwd_ratio > 1.0 and bwd_ratio - 1.0 < BWD_SHARE * (fwd_ratio - 1.0):
+        # Only the forwards are longer: a pause inside the forward (GC) does that, extra layers do
+        # not (a layer's backward costs about twice its forward; the lightest known extra work, the
+        # loss head in the study's ST trace, still shows a backward 0.85x its forward).
+        return None
     second = max((v for s, v in by_stage.items() if s != hot), default=1.0)
     # Fit: how clearly the stage dominates the put-backs, and whether idealising the stage (M_S)
     # agrees that most of the slowdown sits there.

@@ -15,6 +15,10 @@ OPT = OPTYPE_CODE["optimizer"]
 # A forward op is only counted as paused when its excess over what its backward explains is both
 # statistically extreme (robust z) and a real share of a forward; see _forward_excess.
 EPS = 5e-5  # the method's timestamp tolerance (METHOD.md A2)
+# An op "looks paused" when its unmirrored excess has robust z >= 8 and is >= 20% of a typical op
+# (the gc-pause detector's rule, applied to backwards too as the noise control).
+OUTLIER_Z = 8.0
+OUTLIER_REL = 0.2
 
 
 def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
@@ -50,7 +54,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         n_s, dp, pp
     )
 
-    corr, within, fwd_index, excess, z, typical = _forward_backward(trace, si)
+    corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(trace, si)
     is_opt = ops.optype == OPT
     optimizer = (
         np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
@@ -78,6 +82,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         fwd_excess_z=z,
         fwd_index=fwd_index,
         fwd_typical=typical,
+        bwd_outliers=bwd_outliers,
         stage_fwd_mean=stage_fwd_mean,
         stage_bwd_mean=stage_bwd_mean,
         n_ops=len(ops),
@@ -88,6 +93,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_gmc=ops.gmc,
         transfer=transfer,
         probe=probe,
+        op_start=ops.start_ts.astype(np.float64),
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
     )
 
@@ -128,6 +134,7 @@ def _forward_backward(
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
+    int,
 ]:
     """Pair each forward with the backward of the same microbatch and chunk on the same worker.
 
@@ -135,7 +142,9 @@ def _forward_backward(
     (stage, chunk) group), and for each paired forward its "unmirrored excess" in seconds:
     ``fwd - typical_fwd * max(1, bwd / typical_bwd)`` — a longer microbatch lengthens both passes
     (sequence length), a pause inside the forward lengthens only the forward (GC) — with a robust
-    z-score of that excess over the stage's forwards.
+    z-score of that excess over the stage's forwards. Also the number of backwards that look the
+    same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
+    backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
     """
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
@@ -167,21 +176,29 @@ def _forward_backward(
     wb = _group_median(wgroup, bd)
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
-    corr: dict[int, float] = {}
-    within: dict[int, float] = {}
-    for s in range(pp):
-        m = stage == s
-        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
-            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
-        if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
-            within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
     excess = fd - tf * np.maximum(1.0, nb)
     med = _group_median(stage, excess)
     mad = _group_median(stage, np.abs(excess - med))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
     sigma = np.maximum(1.4826 * mad, 0.01 * tf)
     z = (excess - med) / sigma
-    return corr, within, fi.astype(np.int64), excess, z, tf
+    # The correlations leave out forwards that look paused (the gc-pause rule): a pause inside a
+    # forward is not data-dependent cost and would hide a sequence-length imbalance beside it.
+    clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
+    corr: dict[int, float] = {}
+    within: dict[int, float] = {}
+    for s in range(pp):
+        m = (stage == s) & clean
+        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
+            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
+        if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
+            within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
+    b_excess = bd - tb * np.maximum(1.0, nf)
+    b_med = _group_median(stage, b_excess)
+    b_mad = _group_median(stage, np.abs(b_excess - b_med))
+    b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
+    bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
+    return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
 
 
 def _stage_mean(
