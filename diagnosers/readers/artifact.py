@@ -73,6 +73,24 @@ def _json_line_number(source: str, record: int, skip: int) -> int | None:
     return None
 
 
+def _csv_short_line(source: str) -> int | None:
+    """The 1-based line of the first CSV row whose field count differs from the header's
+    (pyarrow quotes the row but not its line)."""
+    import csv
+    import io
+
+    try:
+        with open_stream(Path(source)) as fh:
+            reader = csv.reader(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+            width = len(next(reader, []))
+            for row in reader:
+                if row and len(row) != width:
+                    return reader.line_num
+    except (OSError, EOFError, csv.Error, TraceError):
+        return None
+    return None
+
+
 def table_from_stream(
     stream: BinaryIO, kind: str, source: str, *, typed_json: bool = False, skip_records: int = 0
 ) -> Any:
@@ -125,6 +143,10 @@ def table_from_stream(
             line = _json_line_number(source, int(row.group(1)), skip_records)
             if line is not None:
                 message = f"{message[: row.start()]} on line {line}"
+        elif kind == "csv" and "columns, got" in message:
+            line = _csv_short_line(source)
+            if line is not None:
+                message = f"{message} (line {line})"
         raise TraceError(f"cannot parse as {kind}: {message}", file=source) from exc
 
 

@@ -17,7 +17,8 @@ same rule for compute ops; -1 everywhere else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,20 @@ _BWD = OPTYPE_CODE["backward-compute"]
 _P2P_CODES = np.array([OPTYPE_CODE[n] for n in P2P_OPTYPES], dtype=np.int16)
 
 
-def _int_column(name: str, values: Any, n: int, source: str) -> npt.NDArray[np.int64]:
+Where = Callable[[int], dict[str, Any]]
+
+
+def _first_non_number(arr: npt.NDArray[Any]) -> int:
+    """Index of the first value ``float()`` rejects (error path only: a Python loop)."""
+    for i, x in enumerate(arr):
+        try:
+            float(x)
+        except (TypeError, ValueError):
+            return i
+    return 0
+
+
+def _int_column(name: str, values: Any, n: int, source: str, where: Where) -> npt.NDArray[np.int64]:
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
@@ -55,22 +69,24 @@ def _int_column(name: str, values: Any, n: int, source: str) -> npt.NDArray[np.i
     try:
         f = arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
-        raise TraceError(f"column {name!r} is not numeric: {exc}", file=source) from exc
+        i = _first_non_number(arr)
+        raise TraceError(f"column {name!r} holds {arr[i]!r}, not a number", **where(i)) from exc
     bad = ~np.isfinite(f) | (f != np.round(f))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(f"column {name!r} holds a non-integer value {arr[i]!r} at row {i}", file=source)
+        raise TraceError(f"column {name!r} holds {f[i]:g}, not an integer", **where(i))
     return f.astype(np.int64)
 
 
-def _float_column(name: str, values: Any, n: int, source: str) -> npt.NDArray[np.float64]:
+def _float_column(name: str, values: Any, n: int, source: str, where: Where) -> npt.NDArray[np.float64]:
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
     try:
         return arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
-        raise TraceError(f"column {name!r} is not numeric: {exc}", file=source) from exc
+        i = _first_non_number(arr)
+        raise TraceError(f"column {name!r} holds {arr[i]!r}, not a number", **where(i)) from exc
 
 
 def _group_rank(
@@ -190,12 +206,20 @@ def normalize(
         cats = [str(u) for u in uniq]
         inv = inv.reshape(-1).astype(np.int64)
 
-    dp_rank = _int_column("dp_rank", columns["dp_rank"], n, source)
-    stage = _int_column("stage", columns["stage"], n, source)
-    rank = _int_column("rank", columns["rank"], n, source)
-    step = _int_column("step", columns["step"], n, source)
-    start_ts = _float_column("start_ts", columns["start_ts"], n, source)
-    duration = _float_column("duration", columns["duration"], n, source)
+    def raw_where(i: int) -> dict[str, Any]:
+        """file, rank, step, op of raw row ``i`` for a column error (rank/step when readable)."""
+        out: dict[str, Any] = {"file": source, "op": cats[int(inv[i])]}
+        for key in ("rank", "step"):
+            with contextlib.suppress(TypeError, ValueError):
+                out[key] = int(float(np.asarray(columns[key])[i]))
+        return out
+
+    dp_rank = _int_column("dp_rank", columns["dp_rank"], n, source, raw_where)
+    stage = _int_column("stage", columns["stage"], n, source, raw_where)
+    rank = _int_column("rank", columns["rank"], n, source, raw_where)
+    step = _int_column("step", columns["step"], n, source, raw_where)
+    start_ts = _float_column("start_ts", columns["start_ts"], n, source, raw_where)
+    duration = _float_column("duration", columns["duration"], n, source, raw_where)
 
     first_code = np.full(len(cats), -1, dtype=np.int64)
     second_code = np.full(len(cats), -1, dtype=np.int64)
@@ -327,17 +351,21 @@ def normalize(
     # --- optional columns
     given = {c: c in columns for c in OPTIONAL_COLUMNS}
     if given["seq_id"] and not reordered:
-        seq_id = _int_column("seq_id", columns["seq_id"], n, source)[rows]
+        seq_id = _int_column("seq_id", columns["seq_id"], n, source, raw_where)[rows]
     else:
         seq_id = _group_rank([dp_rank, stage, step_idx, codes], [start_ts])
         if given["seq_id"]:
             notes.append("re-derived seq_id after splitting or renaming ops")
     is_compute = (codes == _FWD) | (codes == _BWD)
     if given["mb_id"]:
-        mb_id = _int_column("mb_id", columns["mb_id"], n, source)[rows]
+        mb_id = _int_column("mb_id", columns["mb_id"], n, source, raw_where)[rows]
     else:
         mb_id = np.full(m, -1, dtype=np.int64)
-    mc = _int_column("mc", columns["mc"], n, source)[rows] if given["mc"] else np.full(m, -1, dtype=np.int64)
+    mc = (
+        _int_column("mc", columns["mc"], n, source, raw_where)[rows]
+        if given["mc"]
+        else np.full(m, -1, dtype=np.int64)
+    )
     if not (given["mb_id"] and given["mc"]) and is_compute.any():
         k = seq_id[is_compute]
         fwd = codes[is_compute] == _FWD
@@ -357,7 +385,7 @@ def normalize(
         if not given["mc"]:
             mc[is_compute] = d_chunk
     if given["gmc"]:
-        gmc = _int_column("gmc", columns["gmc"], n, source)[rows]
+        gmc = _int_column("gmc", columns["gmc"], n, source, raw_where)[rows]
     else:
         gmc = np.where(is_compute, mc * meta.pp + stage, -1)
 
