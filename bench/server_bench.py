@@ -148,26 +148,40 @@ async def mcp_workload(
     return lat, time.perf_counter() - start, errors
 
 
-async def rest_workload(base: str, clients: int, calls: int, path: str) -> tuple[list[float], float, int]:
+async def httpx_workload(
+    http: httpx.AsyncClient, clients: int, calls: int, call: Callable[[], Awaitable[httpx.Response]],
+    failed: Callable[[httpx.Response], bool],
+) -> tuple[list[float], float, int]:
+    """``clients`` tasks sharing one httpx client, each making ``calls`` requests in a row:
+    (latencies, wall time, failed calls)."""
     lat: list[float] = []
     errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as http:
 
-        async def one() -> None:
-            nonlocal errors
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                r = await http.get(path)
-                lat.append(time.perf_counter() - t0)
-                errors += int(r.status_code != 200)
+    async def one() -> None:
+        nonlocal errors
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            r = await call()
+            lat.append(time.perf_counter() - t0)
+            errors += int(failed(r))
 
-        start = time.perf_counter()
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                for _ in range(clients):
-                    tg.start_soon(one)
+    start = time.perf_counter()
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            for _ in range(clients):
+                tg.start_soon(one)
     return lat, time.perf_counter() - start, errors
+
+
+def pool(clients: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+
+async def rest_workload(base: str, clients: int, calls: int, path: str) -> tuple[list[float], float, int]:
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=pool(clients)) as http:
+        return await httpx_workload(
+            http, clients, calls, lambda: http.get(path), lambda r: r.status_code != 200
+        )
 
 
 async def raw_mcp_workload(
@@ -191,25 +205,14 @@ async def raw_mcp_workload(
         "Mcp-Method": "tools/call",
         "Mcp-Name": tool,
     }
-    lat: list[float] = []
-    errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits, headers=headers) as http:
-
-        async def one() -> None:
-            nonlocal errors
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                r = await http.post("/mcp", json=body)
-                lat.append(time.perf_counter() - t0)
-                errors += int(r.status_code != 200 or r.json().get("result", {}).get("isError", True))
-
-        start = time.perf_counter()
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                for _ in range(clients):
-                    tg.start_soon(one)
-    return lat, time.perf_counter() - start, errors
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=pool(clients), headers=headers) as http:
+        return await httpx_workload(
+            http,
+            clients,
+            calls,
+            lambda: http.post("/mcp", json=body),
+            lambda r: r.status_code != 200 or r.json().get("result", {}).get("isError", True),
+        )
 
 
 async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
