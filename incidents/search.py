@@ -8,7 +8,7 @@ raise ``InvalidFilterError`` (``ValueError``); an empty result carries a ``messa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -195,8 +195,8 @@ def filter_mask(lib: Library, filters: IncidentFilters) -> np.ndarray:
     return mask
 
 
-def _paged(order: np.ndarray, offset: int, limit: int, hit: Callable[[int], IncidentHit], empty: str,
-           noun: str) -> IncidentResults:
+def _paged(order: Sequence[int] | np.ndarray, offset: int, limit: int, hit: Callable[[int], IncidentHit],
+           empty: str, noun: str) -> IncidentResults:
     """One page of ``order`` (case positions, best first) with the total, ``next_offset`` (null on
     the last page) and a message when the page is empty: ``empty`` when nothing matched at all."""
     total = len(order)

@@ -38,7 +38,7 @@ from diagnosers.vocab import CauseId, CauseSignature, Location, Pattern, Resourc
 from incidents.index import SearchIndex
 from incidents.library import Library, load_library
 from incidents.schema import CATEGORIES, Case, InvalidFilterError
-from incidents.search import MAX_LIMIT, IncidentResults, _hit
+from incidents.search import MAX_LIMIT, IncidentHit, IncidentResults, _hit, _paged
 
 WEIGHTS = {"causes": 0.25, "shape": 0.40, "tags": 0.15, "text": 0.20, "category": 0.10}
 RELATED_BONUS = 0.10
@@ -249,20 +249,12 @@ def similar_incidents(
         scores[idx.position[probe.exclude]] = 0.0
     hits = np.flatnonzero(scores >= MIN_SIMILARITY)
     order = sorted(hits.tolist(), key=lambda i: (-round(float(scores[i]), 1), i))
-    total = len(order)
-    page = order[offset: offset + limit]
-    results = []
-    for i in page:
+
+    def hit(i: int) -> IncidentHit:
         case = idx.cases[i]
-        reasons = _reasons(case, i, probe, parts, related_mask)
-        results.append(_hit(case, float(scores[i]), reasons, sorted(parts)))
-    nxt = offset + limit if offset + limit < total else None
-    message = None
-    if total == 0:
-        message = _NOTHING
-    elif not results:
-        message = f"offset {offset} is past the last match ({total} in total)."
-    return IncidentResults(total=total, results=results, next_offset=nxt, message=message)
+        return _hit(case, float(scores[i]), _reasons(case, i, probe, parts, related_mask), sorted(parts))
+
+    return _paged(order, offset, limit, hit, _NOTHING, "match")
 
 
 def _reasons(case: Case, i: int, probe: _Probe, parts: dict[str, np.ndarray],
