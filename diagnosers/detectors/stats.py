@@ -50,9 +50,9 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     np.maximum.at(step_end, si, end)
     step_time = step_end - step_start
 
-    launch_idle = _launch_idle(ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size).reshape(
-        n_s, dp, pp
-    )
+    launch_idle = _launch_idle(
+        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps
+    ).reshape(n_s, dp, pp)
 
     corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(trace, si)
     is_opt = ops.optype == OPT
@@ -106,9 +106,12 @@ def _launch_idle(
     si: npt.NDArray[np.int64],
     step_start: npt.NDArray[np.float64],
     size: int,
+    step_end: npt.NDArray[np.float64] | None = None,
+    steps: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """Per worker-step: time between the step start and the worker's first forward-compute that no
-    op of the worker covers. Communication waits are covered (a recv waiting for its peer is busy
+    """Per worker-step: time between the step start (or, on a shared time axis, the worker's own
+    end of the previous step, when later) and the worker's first forward-compute that no op of
+    the worker covers. Communication waits are covered (a recv waiting for its peer is busy
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
     Overlapping ops are counted twice, which can only under-state the idle time."""
     first_fwd = np.full(size, np.inf)
@@ -117,10 +120,25 @@ def _launch_idle(
     ff = first_fwd[cell]
     before = (start + dur) <= ff + EPS
     covered = np.bincount(cell[before], weights=dur[before], minlength=size)
-    cell_step = (
-        np.arange(size) // (size // len(step_start)) if len(step_start) else np.zeros(0, dtype=np.int64)
-    )
-    span = np.where(np.isfinite(first_fwd), first_fwd - step_start[cell_step], 0.0)
+    n_s = len(step_start)
+    per_step = size // n_s if n_s else 0
+    cell_step = np.arange(size) // per_step if n_s else np.zeros(0, dtype=np.int64)
+    begin = step_start[cell_step] if n_s else np.zeros(0)
+    if n_s >= 2 and steps is not None and step_end is not None:
+        # A worker cannot start a step before it has finished its part of the previous one: in a
+        # pipeline the first stage ends step N-1 (its last backward, the DP reduction) well after
+        # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
+        # starts later than the one before), count idle time from the worker's own previous end.
+        ends = np.full(size, -np.inf)
+        np.maximum.at(ends, cell, start + dur)
+        shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
+        if shared_axis:
+            prev = np.full(size, -np.inf)
+            consecutive = np.r_[False, np.diff(steps) == 1]
+            idx = np.flatnonzero(consecutive[cell_step])
+            prev[idx] = ends[idx - per_step]
+            begin = np.maximum(begin, np.where(np.isfinite(prev), prev, begin))
+    span = np.where(np.isfinite(first_fwd), first_fwd - begin, 0.0)
     idle = np.clip(span - covered, 0.0, None)
     return idle.astype(np.float64)
 
