@@ -132,26 +132,38 @@ def test_a_truncated_gzip_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[
                                            f"stream does) (file={cut})")
 
 
-def test_a_negative_duration_and_an_unknown_op_name_file_rank_step_op(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("index", "column", "value", "expect"),
+    [
+        (1, "duration", "-0.5", "negative duration -0.5"),
+        (1, "optype", '"forward-compuet"', "unknown op type 'forward-compuet'"),
+        (49, "duration", "abc", "column 'duration' holds 'abc', not a number"),
+        (49, "stage", "1.5", "column 'stage' holds 1.5, not an integer"),
+    ],
+)
+def test_a_bad_csv_cell_is_named_by_file_rank_step_op(
+    index: int, column: str, value: str, expect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = st_csv(tmp_path).read_text().splitlines()
-    header = text[0].replace('"', "").split(",")
-    row = text[1].split(",")
+    lines = st_csv(tmp_path).read_text().splitlines()
+    header = lines[0].replace('"', "").split(",")
+    row = lines[index].split(",")
+    rank, step = row[header.index("rank")], row[header.index("step")]
+    row[header.index(column)] = value
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([*lines[:index], ",".join(row), *lines[index + 1 :]]) + "\n")
     meta = tmp_path / "meta.yaml"
     meta.write_text(ST_META)
-    for column, value, expect in (
-        ("duration", "-0.5", "negative duration -0.5"),
-        ("optype", '"forward-compuet"', "unknown op type 'forward-compuet'"),
-    ):
-        changed = list(row)
-        changed[header.index(column)] = value
-        bad = tmp_path / f"bad-{column}.csv"
-        bad.write_text("\n".join([text[0], ",".join(changed), *text[2:]]) + "\n")
-        assert main(["analyze", str(bad), str(meta)]) == 2
-        line = one_error_line(capsys)
-        rank, step = row[header.index("rank")], row[header.index("step")]
-        assert expect in line and f"file={bad}" in line and f"rank={rank}, step={step}, op=" in line
+    assert main(["analyze", str(bad), str(meta)]) == 2
+    line = one_error_line(capsys)
+    assert expect in line and f"(file={bad}, rank={rank}, step={step}, op=" in line
+
+
+def test_a_short_csv_row_is_named_by_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = st_csv(tmp_path).read_text().splitlines()
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join([*lines[:49], "1,2,3", *lines[50:]]) + "\n")
+    assert main(["analyze", str(short)]) == 2
+    assert "Expected 11 columns, got 3: 1,2,3 (line 50)" in one_error_line(capsys)
 
 
 def test_a_csv_missing_a_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,27 +224,3 @@ def test_kineto_layout_flags_that_do_not_fit_the_trace(capsys: pytest.CaptureFix
     assert "the layout has pp=4" in line and "a plain data-parallel trace needs pp = 1" in line
     assert main(["analyze", str(DLRM), "--dp", "3"]) == 2
     assert "world size 8 does not split into dp 3 x tp 1 x cp 1 x the rest" in one_error_line(capsys)
-
-
-def test_bad_csv_values_name_the_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    lines = st_csv(tmp_path).read_text().splitlines()
-    header = lines[0].replace('"', "").split(",")
-    row = lines[49].split(",")
-    rank, step = row[header.index("rank")], row[header.index("step")]
-    meta = tmp_path / "meta.yaml"
-    meta.write_text(ST_META)
-    for column, value, expect in (
-        ("duration", "abc", "column 'duration' holds 'abc', not a number"),
-        ("stage", "1.5", "column 'stage' holds 1.5, not an integer"),
-    ):
-        changed = list(row)
-        changed[header.index(column)] = value
-        bad = tmp_path / f"bad-{column}.csv"
-        bad.write_text("\n".join([*lines[:49], ",".join(changed), *lines[50:]]) + "\n")
-        assert main(["analyze", str(bad), str(meta)]) == 2
-        line = one_error_line(capsys)
-        assert expect in line and f"(file={bad}, rank={rank}, step={step}, op=" in line
-    short = tmp_path / "short.csv"
-    short.write_text("\n".join([*lines[:49], "1,2,3", *lines[50:]]) + "\n")
-    assert main(["analyze", str(short), str(meta)]) == 2
-    assert "Expected 11 columns, got 3: 1,2,3 (line 50)" in one_error_line(capsys)
