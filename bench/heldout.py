@@ -114,9 +114,15 @@ def _place(rng: random.Random, kw: dict[str, object], extra: dict[str, object]) 
     if extra.get("worker"):
         kw["worker"] = (rng.randrange(dp), rng.randrange(pp))
     if extra.get("host"):
-        world = dp * pp * int(kw["tp"]) * int(kw["cp"])  # type: ignore[call-overload]
-        n_hosts = -(-world // int(kw["gpus_per_host"]))  # type: ignore[call-overload]
-        kw["host"] = rng.randrange(n_hosts)
+        tc, gph = int(kw["tp"]) * int(kw["cp"]), int(kw["gpus_per_host"])  # type: ignore[call-overload]
+        n_hosts = -(-dp * pp * tc // gph)
+        # Only hosts holding a traced rank (tp*cp may exceed a host); redraw otherwise, so the
+        # draws of lists that never hit such a host are unchanged.
+        traced = {tc * w // gph for w in range(dp * pp)}
+        host = rng.randrange(n_hosts)
+        while host not in traced:
+            host = rng.randrange(n_hosts)
+        kw["host"] = host
     if extra.get("gc_growing"):
         kw["gc_growing"] = True
 
