@@ -253,9 +253,18 @@ class Lens:
                 self.store.put_result(trace_id, kind, key, body)
             return body
 
-    def _result(self, kind: str, trace_id: str, key: str, compute: Callable[[], Any], model: Any) -> Any:
+    def _result(
+        self,
+        kind: str,
+        trace_id: str,
+        key: str,
+        compute: Callable[[], Any],
+        model: Any,
+        check: Callable[[], None] | None = None,
+    ) -> Any:
         """A result model from memory, else from the store, else ``compute()``d once (its JSON is
-        stored, so it survives restarts). A reader or engine rejection becomes a 422."""
+        stored, so it survives restarts). A reader or engine rejection becomes a 422. ``check``
+        runs before the store is asked, so a stored result never answers a request it refuses."""
 
         def as_json() -> str:
             try:
@@ -267,6 +276,8 @@ class Lens:
         hit = self.peek(*memo_key)
         if hit is not None:
             return hit
+        if check is not None:
+            check()
         body = self._cached(trace_id, kind, key, as_json)
         return self.memo(memo_key, model.model_validate_json(body))
 
@@ -292,13 +303,16 @@ class Lens:
         rec = self.record(trace_id)
 
         def compute() -> Any:
-            check_selector(self.trace(rec), selector)
             try:
                 return run_scenario(self.engine(rec), **selector)
             except (TraceError, ValueError) as exc:
                 raise ApiError(400, "bad_scenario", str(exc)) from exc
 
-        return self._result("scenario", rec.id, json.dumps(selector, sort_keys=True), compute, ScenarioResult)
+        def check() -> None:
+            check_selector(self.trace(rec), selector)
+
+        key = json.dumps(selector, sort_keys=True)
+        return self._result("scenario", rec.id, key, compute, ScenarioResult, check)
 
     def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""

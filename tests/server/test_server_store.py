@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -105,3 +106,21 @@ def test_ingest_parses_stores_and_reloads_the_st_sample(tmp_path: Path, st_files
     fresh = Lens(Settings(data_dir=tmp_path), store)  # empty trace cache: reads the folder again
     trace = fresh.trace(fresh.record(result.trace_id))
     assert len(trace.ops) == s.n_ops and trace.meta.pp == 4
+
+
+def test_a_stored_scenario_never_answers_a_selector_the_job_cannot_have(
+    tmp_path: Path, st_files: list[Path]
+) -> None:
+    store = Store(tmp_path).open()
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
+    tid = lens.ingest(folder, files, {}, "ST").trace_id
+    good = lens.scenario(tid, pp_ranks=[3])
+    assert good.speedup > 1.1
+    # a result stored for an out-of-range selector (as an older server did) is not served
+    selector = {"pp_ranks": [9]}
+    store.put_result(tid, "scenario", json.dumps(selector, sort_keys=True), good.model_dump_json())
+    for fresh in (lens, Lens(Settings(data_dir=tmp_path), store)):
+        with pytest.raises(ApiError) as err:
+            fresh.scenario(tid, **selector)
+        assert err.value.status == 400 and "pp_ranks [9] outside the job" in err.value.message
