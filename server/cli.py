@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the known input errors get one clean line instead of a traceback
         from diagnosers.model import TraceError
 
+        if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            # an output path that is a folder, exists already, or may not be written
+            print(f"straggler-lens: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+            return 2
         if isinstance(exc, TraceError | FileNotFoundError | ValueError | LookupError):
             print(f"straggler-lens: error: {exc}", file=sys.stderr)
             return 2

@@ -224,3 +224,14 @@ def test_kineto_layout_flags_that_do_not_fit_the_trace(capsys: pytest.CaptureFix
     assert "the layout has pp=4" in line and "a plain data-parallel trace needs pp = 1" in line
     assert main(["analyze", str(DLRM), "--dp", "3"]) == 2
     assert "world size 8 does not split into dp 3 x tp 1 x cp 1 x the rest" in one_error_line(capsys)
+
+
+def test_an_output_path_that_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    assert main(["diagnose", str(artifact_trace("ST")), "--no-similar", "--heatmap", str(folder)]) == 2
+    assert one_error_line(capsys).endswith(f"error: Is a directory: {folder}")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert main(["generate", "--steps", "1", "-o", str(a_file)]) == 2
+    assert one_error_line(capsys).endswith(f"error: File exists: {a_file}")
