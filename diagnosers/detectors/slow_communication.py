@@ -97,12 +97,19 @@ def candidates(
         if members.sum() > 1 and elevated[members].all():
             scored.append((float(p2p_sum[members].sum()), "host", int(h)))
             in_slow_host |= members
-    # A single worker must also stand out from its own stage (its DP peers); a worker of a host
-    # whose every worker is slow is not a candidate of its own: the host is.
+    # A single worker must also stand out from its own stage (its DP peers). Inside a slow-looking
+    # host it is a candidate of its own only when its host-mates do not stand out from their stage
+    # peers: with batched P2P (interleaved 1F1B) waits leak into transfer times and lift a slow
+    # NIC's host-mates above the type's baseline, but not above their own stage peers.
     by_stage = p2p_ratio.reshape(dp, pp)
     stage_median = np.median(by_stage, axis=0)
     above_peers = (by_stage >= 2.0 * stage_median[None, :]).reshape(-1)
-    single = elevated & above_peers & ~in_slow_host
+    host_stands_out = np.zeros(dp * pp, dtype=bool)
+    for h in np.unique(hosts_flat[in_slow_host]):
+        members = hosts_flat == h
+        if above_peers[members].all():
+            host_stands_out |= members
+    single = elevated & above_peers & ~host_stands_out
     scored += [(float(p2p_sum[i]), "worker", int(i)) for i in np.flatnonzero(single)]
     is_comm = comm_mask(stats)
     dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
