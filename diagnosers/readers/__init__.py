@@ -160,6 +160,7 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
         if module is None:
             known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
             raise TraceError(f"unknown format {opts.format!r}; known formats: {known}")
+        _check_forced_format(module, opts.format, data)
     else:
         module = readers[detect_format(data)]
     foreign = _foreign_files(module, data)
@@ -172,6 +173,23 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
             f"skipped {len(foreign)} file(s) that are not {fmt} input: {', '.join(f.name for f in foreign)}"
         )
     return trace
+
+
+def _check_forced_format(module: types.ModuleType, name: str, files: Sequence[Path]) -> None:
+    """A ``--format`` that recognises none of the files while another reader recognises the first
+    is a mistake worth naming (the forced reader's own parse error would be cryptic)."""
+    if any(module.sniff(f, read_head(f)) for f in files):
+        return
+    try:
+        other = detect_format(files[:1])
+    except TraceError:
+        return  # nothing recognises it: let the forced reader say what is wrong
+    if other != module.__name__.rsplit(".", 1)[-1]:
+        raise TraceError(
+            f"--format {name} does not match the file, which looks like {other} input; "
+            f"drop --format to detect it or pass --format {other}",
+            file=str(files[0]),
+        )
 
 
 def _foreign_files(module: types.ModuleType, files: Sequence[Path]) -> list[Path]:

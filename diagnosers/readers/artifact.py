@@ -203,8 +203,15 @@ def read_columns(
     cat_index: dict[str, int] = {}
     for path in paths:
         with open_stream(path) as stream:
-            k = kind or _kind_of(path, stream.peek(8)[:8] if hasattr(stream, "peek") else b"")
-            table = table_from_stream(stream, k, str(path))
+            found = _kind_of(path, stream.peek(8)[:8] if hasattr(stream, "peek") else b"")
+            if kind is not None and kind != found:
+                # the parser of the forced kind would fail with a cryptic message
+                raise TraceError(
+                    f"cannot parse as {kind} (--format {kind}): the file looks like {found}; "
+                    f"drop --format or pass --format {found}",
+                    file=str(path),
+                )
+            table = table_from_stream(stream, kind or found, str(path))
         cols, local = columns_from_table(table, str(path))
         remap = np.empty(len(local), dtype=np.int64)
         for i, name in enumerate(local):

@@ -235,3 +235,20 @@ def test_an_output_path_that_cannot_be_written(tmp_path: Path, capsys: pytest.Ca
     a_file.write_text("x")
     assert main(["generate", "--steps", "1", "-o", str(a_file)]) == 2
     assert one_error_line(capsys).endswith(f"error: File exists: {a_file}")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expect"),
+    [
+        ("csv", "cannot parse as csv (--format csv): the file looks like parquet; drop --format or pass "
+         "--format parquet"),
+        ("native", "--format native does not match the file, which looks like artifact input"),
+        ("kineto", "--format kineto does not match the file, which looks like artifact input"),
+        ("ndtimeline", "--format ndtimeline does not match the file, which looks like artifact input"),
+    ],
+)
+def test_a_wrong_format_flag_says_what_the_file_looks_like(
+    fmt: str, expect: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", str(artifact_trace("ST")), "--format", fmt]) == 2
+    assert expect in one_error_line(capsys)
