@@ -158,3 +158,30 @@ def test_slow_host_nic_is_localised_on_gpipe() -> None:
     top = diagnose(job.trace).causes[0]
     assert top.id is CauseId.SLOW_COMMUNICATION
     assert top.location.ranks == job.labels.causes[0].location.ranks
+
+
+def test_gc_pauses_do_not_hide_a_sequence_length_imbalance() -> None:
+    # Paused forwards are left out of the fwd/bwd correlation; they used to pull it below 0.9.
+    spec = ScenarioSpec(
+        dp=6,
+        pp=8,
+        tp=4,
+        microbatches=16,
+        steps=3,
+        seed=12,
+        schedule=Schedule.GPIPE,
+        gpus_per_host=4,
+        scenarios=["sequence-length-imbalance", "gc-pause"],
+    )
+    d = diagnose(generate(spec).trace)
+    assert d.causes and d.causes[0].id is CauseId.SEQUENCE_LENGTH_IMBALANCE
+
+
+def test_forward_only_excess_on_a_stage_is_not_a_stage_imbalance() -> None:
+    # Growing GC pauses landing on one stage's two workers: forwards long, backwards normal. Guards
+    # the add-view change (rule 2), which alone reported a stage imbalance here.
+    spec = ScenarioSpec(
+        dp=2, pp=4, microbatches=8, steps=4, seed=202, gc_growing=True, scenarios=["gc-pause"]
+    )
+    ids = [c.id for c in diagnose(generate(spec).trace).causes]
+    assert ids == [CauseId.GC_PAUSE]
