@@ -290,10 +290,16 @@ def normalize(
             raise TraceError(f"negative {col} {int(iarr[i])}", **where(i))
     if (dp_rank >= meta.dp).any():
         i = int(np.argmax(dp_rank >= meta.dp))
-        raise TraceError(f"dp_rank {int(dp_rank[i])} is outside the job's dp size {meta.dp}", **where(i))
+        raise TraceError(
+            f"dp_rank {int(dp_rank[i])} is outside the job's dp size {meta.dp} (check --dp or the meta yaml)",
+            **where(i),
+        )
     if (stage >= meta.pp).any():
         i = int(np.argmax(stage >= meta.pp))
-        raise TraceError(f"stage {int(stage[i])} is outside the job's pp size {meta.pp}", **where(i))
+        raise TraceError(
+            f"stage {int(stage[i])} is outside the job's pp size {meta.pp} (check --pp or the meta yaml)",
+            **where(i),
+        )
 
     # --- one traced rank per worker (dp, pp)
     worker = dp_rank * meta.pp + stage
@@ -307,7 +313,7 @@ def normalize(
         w = int(absent[0])
         raise TraceError(
             f"no ops for worker dp_rank={w // meta.pp}, stage={w % meta.pp} "
-            f"({len(absent)} of {n_workers} workers missing; check --dp/--pp)",
+            f"({len(absent)} of {n_workers} workers missing; check --dp/--pp or the meta yaml)",
             file=source,
         )
     multi = np.flatnonzero(rmin != rmax)

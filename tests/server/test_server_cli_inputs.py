@@ -252,3 +252,11 @@ def test_a_wrong_format_flag_says_what_the_file_looks_like(
 ) -> None:
     assert main(["analyze", str(artifact_trace("ST")), "--format", fmt]) == 2
     assert expect in one_error_line(capsys)
+
+
+def test_a_meta_yaml_of_another_job_points_at_the_meta(capsys: pytest.CaptureFixture[str]) -> None:
+    other = artifact_trace("AR").with_name("meta-AR.yaml")  # dp 4 x pp 4 for the dp 2 x pp 4 ST trace
+    assert main(["analyze", str(artifact_trace("ST")), "--meta", str(other)]) == 2
+    assert "8 of 16 workers missing; check --dp/--pp or the meta yaml" in one_error_line(capsys)
+    assert main(["analyze", str(artifact_trace("ST")), "--pp", "2"]) == 2
+    assert "stage 2 is outside the job's pp size 2 (check --pp or the meta yaml)" in one_error_line(capsys)
