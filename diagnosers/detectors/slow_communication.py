@@ -155,9 +155,11 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
         return out
     idx = np.flatnonzero(is_p2p)
     cell = (stats.op_step_index[idx] * stats.dp + stats.op_dp[idx]) * stats.pp + stats.op_pp[idx]
-    keys = np.stack([cell.astype(np.float64), stats.op_start[idx]], axis=1)
-    _, inv = np.unique(keys, axis=0, return_inverse=True)
-    out[idx] = inv.reshape(-1)
+    start = stats.op_start[idx]
+    order = np.lexsort((start, cell))
+    c, t = cell[order], start[order]
+    new_group = np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]
+    out[idx[order]] = np.cumsum(new_group) - 1
     return out
 
 
