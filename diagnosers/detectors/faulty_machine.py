@@ -228,7 +228,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     spatial = Spatial.ONE_HOST if hosts is not None and len(cells) >= 2 else Spatial.SINGLE_WORKER
     m_w = report.m_w.rem if report.m_w is not None else None
     n_steps = max(stats.n_steps, 1)
-    fit = 0.6 + 0.25 * min(1.0, (persist - 0.5) / 0.5) + (0.15 if share >= 0.5 else 0.0)
+    # With one traced step persistence cannot be observed (it is 1.0 trivially): no credit for it.
+    one_step = stats.n_steps < 2
+    persist_credit = 0.0 if one_step else 0.25 * min(1.0, (persist - 0.5) / 0.5)
+    fit = 0.6 + persist_credit + (0.15 if share >= 0.5 else 0.0)
     if not opt_slow:
         fit *= 0.75  # only some compute types are slow: weaker evidence for the hardware
     ambiguous = hosts is not None and len(whole_rows) == 1 and len(rows) == 1
@@ -244,8 +247,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     summary = (
         f"{'One worker' if one else f'{len(cells)} workers'} ({names}{more}; {host_txt}"
         f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
-        f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio:.2f}x the stage peers' "
-        f"in {persist * 100:.0f}% of the {n_steps} steps"
+        + (
+            f"{'is' if one else 'are'} slow: compute runs {peer_ratio:.2f}x the stage peers' in the one "
+            "traced step (whether it persists cannot be checked)"
+            if one_step
+            else f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio:.2f}x the stage "
+            f"peers' in {persist * 100:.0f}% of the {n_steps} steps"
+        )
         + (
             ""
             if opt_ratio is None

@@ -185,3 +185,20 @@ def test_forward_only_excess_on_a_stage_is_not_a_stage_imbalance() -> None:
     )
     ids = [c.id for c in diagnose(generate(spec).trace).causes]
     assert ids == [CauseId.GC_PAUSE]
+
+
+def test_one_traced_step_gives_no_credit_for_persistence() -> None:
+    # A single profiled step (common for torch.profiler captures) cannot show persistence: the
+    # same slow worker gets lower confidence than over several steps, and the summary says why.
+    def top(steps: int):  # type: ignore[no-untyped-def]
+        spec = ScenarioSpec(
+            dp=8, pp=2, microbatches=8, steps=steps, seed=61, worker=(3, 0), scenarios=["faulty-machine"]
+        )
+        return diagnose(generate(spec).trace).causes[0]
+
+    one, many = top(1), top(4)
+    assert one.id is many.id is CauseId.FAULTY_MACHINE
+    assert one.location.ranks == many.location.ranks
+    assert one.confidence < many.confidence
+    assert "whether it persists cannot be checked" in one.summary
+    assert "persistently" not in one.summary
