@@ -75,3 +75,20 @@ def test_dataloader_stall_is_on_the_stalled_rank(name: str) -> None:
     assert top.id is CauseId.DATALOADER_STALL
     assert top.location.ranks == [rank]
     assert top.pattern.resource == "launch"
+
+
+def test_slow_rank_in_a_pure_data_parallel_job() -> None:
+    top = _diag("slow-rank-dp8").causes[0]
+    assert top.id is CauseId.FAULTY_MACHINE and top.location.ranks == [5]
+
+
+def test_slow_rank_and_gc_pauses_together_are_both_found_in_place() -> None:
+    name = "mixed-slow-rank-gc-3x2"
+    found = {c.id: c for c in _diag(name).causes}
+    assert set(found) == {CauseId.FAULTY_MACHINE, CauseId.GC_PAUSE}
+    assert found[CauseId.FAULTY_MACHINE].location.ranks == [4]
+    victims = _injections(name)["gc_victims"]
+    assert isinstance(victims, dict)
+    gc = found[CauseId.GC_PAUSE]
+    assert set(gc.location.ranks) == {int(v["rank"]) for v in victims.values()}
+    assert set(gc.location.steps) == {int(s) for s in victims}
