@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, read_failure, read_head
+from diagnosers.readers import ReadOptions, read_failure
 from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -649,7 +649,6 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                 + (", ..." if len(other) > 6 else "")
                 + ")"
             )
-        collectives = set()
     else:
         if layout.pp > 1:
             # without named P2P spans nothing links one stage to the next: each would be simulated
@@ -661,10 +660,7 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                 "trace needs pp = 1; " + _describe_names(kept)
             )
         note_set: set[str] = set()
-        for f in kept:
-            ops = plain_ops(f, note_set)
-            per_rank.append((f, ops))
-        collectives = note_set
+        per_rank = [(f, plain_ops(f, note_set)) for f in kept]
         notes.extend(sorted(note_set))
         if not any(
             n in ("params-all-gather", "grads-reduce-scatter") for _, o in per_rank for n in o.name
@@ -677,7 +673,6 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                     "optimizer, ...), or DP phase annotations (## forward ##, ## backward ##, "
                     "## optimizer ##) with GPU kernels or CPU ops; " + _describe_names(kept)
                 )
-    del collectives
     # Keep the steps every kept rank has.
     common = set.intersection(*(set(o.step) for _, o in per_rank)) if per_rank else set()
     all_steps = set().union(*(set(o.step) for _, o in per_rank)) if per_rank else set()
@@ -740,23 +735,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     from diagnosers.readers.normalize import normalize
 
     options = options_with_meta(options)
-
-    if len(paths) > 1:
-        # a directory may hold a LICENSE, README or run log next to the per-rank traces
-        traces = [p for p in paths if sniff(p, read_head(p))]
-        if not traces:
-            raise TraceError(
-                f"none of the {len(paths)} files is a PyTorch profiler trace (a JSON object with "
-                "'traceEvents')",
-                file=str(paths[0]),
-            )
-        skipped = [p.name for p in paths if p not in traces]
-        paths = traces
-    else:
-        skipped = []
     columns, meta, notes = collect(paths, options)
-    if skipped:
-        notes.append(f"skipped {len(skipped)} files that are not profiler traces: {', '.join(skipped)}")
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent} ({len(paths)} Kineto files)"
     trace = normalize(columns, meta, source=source, strict_names=True)
     trace.notes = notes + trace.notes

@@ -204,7 +204,6 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
 
     rows = _Rows()
     notes: list[str] = []
-    skipped: list[str] = []
     for p in paths:
         kind = _kind(read_head(p))
         if kind is None and options.format in ("ndtimeline-jsonl",):
@@ -212,22 +211,19 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
         if kind is None and options.format in ("ndtimeline-chrome",):
             kind = "chrome"
         if kind is None:
-            if len(paths) == 1:
-                raise TraceError(
-                    "not NDTimeline output: expected JSON Lines of parsed records (metric, rank, step, "
-                    "start_ts, duration) or a LocalTimelineNDHandler Chrome-trace array",
-                    file=str(p),
-                )
-            skipped.append(p.name)
-            continue
+            # load_trace already set aside files this reader does not recognise among ones it does;
+            # reaching here means it recognises none of them
+            raise TraceError(
+                "not NDTimeline output: expected JSON Lines of parsed records (metric, rank, step, "
+                "start_ts, duration) or a LocalTimelineNDHandler Chrome-trace array",
+                file=str(p),
+            )
         if kind == "jsonl":
             n = read_jsonl(p, rows)
             notes.append(f"{p.name}: {n} NDTimeline parsed records")
         else:
             n = read_chrome(p, rows)
             notes.append(f"{p.name}: {n} LocalTimelineNDHandler events")
-    if skipped:
-        notes.append(f"skipped {len(skipped)} files that are not NDTimeline output: {', '.join(skipped)}")
     c = rows.cols
     if not c["rank"]:
         raise TraceError("no NDTimeline events in the given files", file=str(paths[0]))
