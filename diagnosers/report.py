@@ -69,6 +69,16 @@ class RatioMetric(BaseModel):
     )
 
 
+class FixRatios(BaseModel):
+    """The full records behind ``m_w``, ``m_s`` and ``m_s_by_stage`` (times and the subset fixed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    m_w: RatioMetric | None = None
+    m_s: RatioMetric | None = None
+    by_stage: dict[str, RatioMetric] = Field(default_factory=dict)
+
+
 class StepTimes(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -97,9 +107,22 @@ class WhatIfReport(BaseModel):
         description="per step: mean over workers of the gap before the worker's first op (s)",
     )
     attribution: Attribution
-    m_w: RatioMetric | None = Field(None, description="fix the slowest 3% of workers")
-    m_s: RatioMetric | None = Field(None, description="fix the last PP stage")
-    m_s_by_stage: dict[str, RatioMetric] = Field(default_factory=dict)
+    m_w: float | None = Field(
+        None,
+        description="M_W: share of the slowdown removed by idealising the slowest 3% of workers "
+        "(the artifact's `rem`); None when the job has no slowdown to remove",
+    )
+    m_s: float | None = Field(
+        None,
+        description="M_S: share of the slowdown removed by idealising the last PP stage (can exceed 1)",
+    )
+    m_s_by_stage: dict[str, float | None] = Field(
+        default_factory=dict, description="the M_S ratio for every stage, keyed by PP rank"
+    )
+    fix_ratios: FixRatios = Field(
+        default_factory=FixRatios,
+        description="M_W / M_S with their step times (t_rem, t_add, t_orig, t_ideal) and subsets",
+    )
     wasted_fraction: float = Field(description="1 - 1/S: share of GPU time lost to straggling")
     step_times: StepTimes
     job: JobMeta

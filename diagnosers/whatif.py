@@ -31,6 +31,7 @@ from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.report import (
     Attribution,
+    FixRatios,
     RatioMetric,
     ScenarioResult,
     StepTimes,
@@ -551,9 +552,10 @@ def analyze(
             if exact_top_k is not None and len(exact_set) < len(all_workers)
             else None,
         ),
-        m_w=m_w,
-        m_s=m_s,
-        m_s_by_stage=m_s_by_stage,
+        m_w=m_w.value,
+        m_s=m_s.value,
+        m_s_by_stage={k: v.value for k, v in m_s_by_stage.items()},
+        fix_ratios=FixRatios(m_w=m_w, m_s=m_s, by_stage=m_s_by_stage),
         wasted_fraction=wasted,
         step_times=StepTimes(
             actual={str(s): float(x) for s, x in zip(steps, actual, strict=True)},

@@ -121,7 +121,16 @@ def trim_report(
             "m_s_by_stage": t.keys(
                 f"{p}m_s_by_stage",
                 report.m_s_by_stage,
-                set(t.top("_", {k: v.value or 0.0 for k, v in report.m_s_by_stage.items()})),
+                set(t.top("_", {k: v or 0.0 for k, v in report.m_s_by_stage.items()})),
+            ),
+            "fix_ratios": report.fix_ratios.model_copy(
+                update={
+                    "by_stage": t.keys(
+                        f"{p}fix_ratios.by_stage",
+                        report.fix_ratios.by_stage,
+                        set(t.top("_", {k: v or 0.0 for k, v in report.m_s_by_stage.items()})),
+                    )
+                }
             ),
             "steps": t.head(f"{p}steps", report.steps, 256),
             "notes": t.head(f"{p}notes", report.notes, MAX_NOTES),

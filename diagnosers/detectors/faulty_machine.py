@@ -219,14 +219,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         compute_share = max(compute_share, added)
         share = max(share, added)
     else:
-        mw = report.m_w.rem if report.m_w is not None and report.m_w.rem is not None else 0.0
+        mw = report.m_w if report.m_w is not None else 0.0
         share = compute_share = mw
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
         return None
 
     spatial = Spatial.ONE_HOST if hosts is not None and len(cells) >= 2 else Spatial.SINGLE_WORKER
-    m_w = report.m_w.rem if report.m_w is not None else None
+    m_w = report.m_w
     n_steps = max(stats.n_steps, 1)
     # With one traced step persistence cannot be observed (it is 1.0 trivially): no credit for it.
     one_step = stats.n_steps < 2

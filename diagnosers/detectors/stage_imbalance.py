@@ -165,8 +165,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     else:
         return None
     row_typical, row_max, hosts = row_info
-    ms = report.m_s_by_stage.get(str(hot))
-    m_s = ms.rem if ms is not None and ms.rem is not None else None
+    m_s = report.m_s_by_stage.get(str(hot))
 
     if stats.probe is not None:
         balanced = balanced_stage_durations(stats, hot)

@@ -89,8 +89,8 @@ def summary(r: dict[str, Any]) -> str:
             )
     for name, key in (("M_W (fix slowest 3% of workers)", "m_w"), ("M_S (fix last stage)", "m_s")):
         m = r.get(key)
-        if m and m.get("value") is not None:
-            lines.append(f"{name}: removes {100 * m['value']:.1f}% of the slowdown")
+        if m is not None:
+            lines.append(f"{name}: removes {100 * m:.1f}% of the slowdown")
     for note in r["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

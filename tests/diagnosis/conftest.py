@@ -11,7 +11,14 @@ import pytest
 from diagnosers.diagnose import Diagnosis, diagnose
 from diagnosers.model import JobMeta
 from diagnosers.readers import ReadOptions, load_trace
-from diagnosers.report import Attribution, RatioMetric, StepTimes, WhatIfReport, WorkerSlowdown
+from diagnosers.report import (
+    Attribution,
+    FixRatios,
+    RatioMetric,
+    StepTimes,
+    WhatIfReport,
+    WorkerSlowdown,
+)
 
 ARTIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "straggler-artifact"
 if not ARTIFACT.exists():  # the repo may live elsewhere; the shared data stays at /work/shared
@@ -75,9 +82,10 @@ def report_from_expected_st() -> WhatIfReport:
             },
             by_worker=workers,
         ),
-        m_w=ratio(mw),
-        m_s=ratio(ms),
-        m_s_by_stage={"3": ratio(ms)},
+        m_w=ratio(mw).value,
+        m_s=ratio(ms).value,
+        m_s_by_stage={"3": ratio(ms).value},
+        fix_ratios=FixRatios(m_w=ratio(mw), m_s=ratio(ms), by_stage={"3": ratio(ms)}),
         wasted_fraction=1 - 1 / s,
         step_times=StepTimes(
             actual={str(k): float(v) for k, v in res["step_t_base"].items()},

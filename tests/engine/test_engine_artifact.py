@@ -70,16 +70,19 @@ def test_st_attributions_job_and_per_step(dim: str) -> None:
 
 def test_st_m_s_and_m_w() -> None:
     r = report("ST")
-    for ours, theirs, key in ((r.m_s, expected("ms"), "Ms"), (r.m_w, expected("mw"), "Mw")):
+    assert r.m_s is not None and close(r.m_s, expected("ms")["Ms"])
+    assert r.m_w is not None and close(r.m_w, expected("mw")["Mw"])
+    fr = r.fix_ratios
+    for ours, theirs, key in ((fr.m_s, expected("ms"), "Ms"), (fr.m_w, expected("mw"), "Mw")):
         assert ours is not None and ours.value is not None
-        assert close(ours.value, theirs[key])
+        assert close(ours.value, theirs[key]) and ours.rem == ours.value
         assert close(ours.t_rem, theirs["trem"]) and close(ours.t_add, theirs["tadd"])
         assert close(ours.t_orig, theirs["tori"]) and close(ours.t_ideal, theirs["tideal"])
         assert ours.add is not None and close(ours.add, theirs["add"])
     # M_S is the last stage's entry of m_s_by_stage; the slowest 3% of 8 workers is one worker
-    assert r.m_s_by_stage["3"] == r.m_s
-    assert r.m_w is not None and len(r.m_w.workers) == 1
-    assert r.m_w.workers[0][1] == 3
+    assert r.m_s_by_stage["3"] == r.m_s and fr.by_stage["3"] == fr.m_s
+    assert fr.m_w is not None and len(fr.m_w.workers) == 1
+    assert fr.m_w.workers[0][1] == 3
 
 
 def test_st_per_worker_exact_and_estimate() -> None:
@@ -111,7 +114,7 @@ def test_ar_one_slowed_worker_tops_the_ranking() -> None:
     second = r.attribution.by_worker[1]
     assert second.slowdown is not None and second.slowdown < 1.1
     assert r.slowdown > 1.1 and r.straggling
-    assert r.m_w is not None and r.m_w.workers == [(0, 0)]
+    assert r.fix_ratios.m_w is not None and r.fix_ratios.m_w.workers == [(0, 0)]
     assert max(r.attribution.by_dp_rank, key=r.attribution.by_dp_rank.__getitem__) == "0"
     assert not [n for n in r.notes if "does not reproduce" in n]
 

@@ -46,7 +46,10 @@ def test_analyze_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     worker = out["attribution"]["by_worker"][0]
     assert set(worker) >= {"dp_rank", "pp_rank", "ranks", "slowdown", "slowdown_estimate"}
     assert out["job"]["dp"] == 2 and out["job"]["pp"] == 4
-    assert out["m_s"]["value"] == pytest.approx(1.2193563788811714, rel=0.005)
+    assert out["m_s"] == pytest.approx(1.2193563788811714, rel=0.005)
+    assert out["m_w"] == pytest.approx(0.031404269124045224, rel=0.005)
+    assert out["m_s_by_stage"]["3"] == out["m_s"]
+    assert out["fix_ratios"]["m_s"]["t_rem"] == pytest.approx(1.7710396162385678, rel=0.005)
 
 
 def test_analyze_summary_and_meta_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

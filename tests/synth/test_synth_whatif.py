@@ -45,7 +45,7 @@ def test_a_worker_twice_as_slow_tops_the_per_worker_ranking() -> None:
     ranking = sorted(rep.attribution.by_worker, key=_worker_score, reverse=True)
     assert (ranking[0].dp_rank, ranking[0].pp_rank) == (2, 1)
     assert rep.straggling and job.labels.expected_straggling
-    assert rep.m_w is not None and rep.m_w.value is not None and rep.m_w.value > 0.5
+    assert rep.m_w is not None and rep.m_w > 0.5
 
 
 def test_a_heavy_last_stage_tops_the_by_stage_attribution() -> None:
@@ -54,7 +54,7 @@ def test_a_heavy_last_stage_tops_the_by_stage_attribution() -> None:
     by_stage = rep.attribution.by_stage
     assert max(by_stage, key=lambda k: by_stage[k]) == "3"
     assert rep.slowdown > 1.1 and job.labels.expected_straggling
-    assert rep.m_s is not None and rep.m_s.value is not None and rep.m_s.value > 0.5
+    assert rep.m_s is not None and rep.m_s > 0.5
 
 
 def test_a_heavy_first_stage_tops_the_by_stage_attribution() -> None:
@@ -76,7 +76,7 @@ def test_long_tailed_sequence_lengths_warm_every_dp_rank() -> None:
     dp_scores = np.array(list(at.by_dp_rank.values()))
     assert (dp_scores > 1.01).mean() >= 0.75
     # no few workers explain it: fixing the slowest 3% removes well under half
-    assert rep.m_w is not None and rep.m_w.value is not None and rep.m_w.value < 0.5
+    assert rep.m_w is not None and rep.m_w < 0.5
     # and the slowest DP rank moves from step to step
     per_step = at.by_dp_rank_per_step
     tops = {max(v, key=lambda k: v[k]) for v in per_step.values()}
