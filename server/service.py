@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +93,11 @@ class Lens:
         self._traces: OrderedDict[str, Trace] = OrderedDict()
         self._engines: OrderedDict[str, Any] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        # weak values: a lock lives while a caller holds or waits on it, so one per scenario
+        # selector ever asked does not pile up for the server's lifetime
+        self._locks: weakref.WeakValueDictionary[tuple[str, ...], threading.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._memo: OrderedDict[tuple[str, ...], Any] = OrderedDict()
         self._locks_lock = threading.Lock()
 

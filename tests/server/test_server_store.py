@@ -124,3 +124,15 @@ def test_a_stored_scenario_never_answers_a_selector_the_job_cannot_have(
         with pytest.raises(ApiError) as err:
             fresh.scenario(tid, **selector)
         assert err.value.status == 400 and "pp_ranks [9] outside the job" in err.value.message
+
+
+def test_per_result_locks_do_not_outlive_their_callers(tmp_path: Path, st_files: list[Path]) -> None:
+    store = Store(tmp_path).open()
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
+    tid = lens.ingest(folder, files, {}, "ST").trace_id
+    for stage_id in range(4):
+        lens.scenario(tid, pp_ranks=[stage_id])
+    # every distinct selector took its own lock; none is kept once its computation is done
+    assert len(lens._locks) == 0
+    store.close()
