@@ -103,6 +103,7 @@ class Template:
     no_ops: int = 0
     notes: list[str] = field(default_factory=list)
     _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
+    _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
     @property
     def is_comm(self) -> npt.NDArray[np.bool_]:
@@ -120,6 +121,14 @@ class Template:
             ns = len(self.steps)
             self._flat = (self.node_of_row * self.dp + self.dp_of_row) * ns + self.step_of_row
         return self._flat
+
+    @property
+    def successor_counts(self) -> npt.NDArray[np.int64]:
+        """Per node: how many nodes depend on it (the simulator frees an end once all have read it)."""
+        if self._succ is None:
+            flat = [u for dv in self.deps for u in dv]
+            self._succ = np.bincount(np.asarray(flat, dtype=np.int64), minlength=self.n_nodes)
+        return self._succ
 
     def dense(self, values: npt.NDArray[Any], fill: float = np.nan) -> npt.NDArray[np.float64]:
         """Scatter per-row values (n_ops,) into a (n_nodes, dp, n_steps) array."""

@@ -51,14 +51,6 @@ def _as3(x: Array | float) -> Array:
     raise ValueError(f"durations must broadcast to (K, D, S); got shape {a.shape}")
 
 
-def _successor_counts(t: Template) -> npt.NDArray[np.int64]:
-    cnt = np.zeros(t.n_nodes, dtype=np.int64)
-    for v in range(t.n_nodes):
-        for u in t.deps[v]:
-            cnt[u] += 1
-    return cnt
-
-
 def simulate(
     t: Template,
     durations: DurationSource | Array,
@@ -83,7 +75,7 @@ def simulate(
     ends: list[Array | None] = [None] * n
     starts_kept: list[Array] | None = [np.empty(0)] * n if keep else None
     ends_kept: list[Array] | None = [np.empty(0)] * n if keep else None
-    remaining = _successor_counts(t)
+    remaining = t.successor_counts.copy()
     zero = np.zeros((1, 1, 1))
     step_end = zero
     deps = t.deps
