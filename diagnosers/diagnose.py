@@ -55,6 +55,7 @@ class Diagnosis(BaseModel):
     report: WhatIfReport
 
     def signatures(self) -> list[CauseSignature]:
+        """The matched causes in the vocabulary's terms, best first (for similar-incident search)."""
         return [c.signature() for c in self.causes]
 
 

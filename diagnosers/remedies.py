@@ -143,6 +143,8 @@ def stage_partition_remedy(
 
 
 def sequence_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    """Rebalanced sequences: the gain of every forward/backward at the mean of its (step, stage,
+    chunk, op type), each worker's persistent speed kept; an upper bound (perfect packing)."""
     from diagnosers.detectors.sequence_length import rebalanced_durations
 
     t_after = float(probe.mean_times(rebalanced_durations(stats))[0])
@@ -195,6 +197,8 @@ def gc_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
 
 
 def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    """Drain the faulty workers: the gain of idealising every op of the matched cells (the
+    detector's ``hot_cells`` when given, else its location's DP x PP cells)."""
     cells = [(d, p) for d in match.location.dp_ranks for p in match.location.pp_ranks]
     hot = match.evidence.get("hot_cells")
     if isinstance(hot, list):
@@ -225,6 +229,8 @@ def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
 
 
 def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    """Fix the slow link or group: the gain of idealising the transfers of the candidate the
+    detector named (``evidence['group']``), or of every communication op when it named none."""
     from diagnosers.detectors.slow_communication import candidates, comm_mask
 
     group = str(match.evidence.get("group", ""))

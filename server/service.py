@@ -45,6 +45,7 @@ READ_KEYS = ("format", "dp", "pp", "tp", "cp")
 
 
 def read_options(options: dict[str, Any]) -> ReadOptions:
+    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes)."""
     return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
 
 
@@ -124,6 +125,8 @@ class Lens:
             return value
 
     def memo(self, key: tuple[str, ...], value: Any) -> Any:
+        """Keep ``value`` in memory for :meth:`peek` and return it; the least recently used entries
+        go beyond 64 per cached trace."""
         with self._cache_lock:
             self._memo[key] = value
             self._memo.move_to_end(key)
@@ -144,6 +147,7 @@ class Lens:
     # -- traces --------------------------------------------------------------------------------
 
     def record(self, trace_id: str) -> TraceRecord:
+        """The stored record of a trace id; a 404 that says how to find or upload one otherwise."""
         rec = self.store.get(trace_id)
         if rec is None:
             raise not_found(
@@ -155,6 +159,7 @@ class Lens:
         return rec
 
     def info(self, rec: TraceRecord) -> TraceInfo:
+        """What the API shows about a stored trace: name, size, summary and cached result kinds."""
         return TraceInfo(
             trace_id=rec.id,
             name=rec.name,
@@ -380,6 +385,7 @@ class Lens:
         return similar
 
     def incident_count(self) -> int | None:
+        """How many cases the incident library holds, or None when the server runs without one."""
         if self.library is None:
             return None
         return len(self.library)

@@ -101,6 +101,7 @@ class Store:
         return self
 
     def close(self) -> None:
+        """Close the database connection (idempotent); the data folder stays as it is."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -134,9 +135,11 @@ class Store:
 
     @staticmethod
     def discard(staging: Path) -> None:
+        """Delete a staging folder and whatever an upload wrote into it (missing is fine)."""
         shutil.rmtree(staging, ignore_errors=True)
 
     def find_by_hash(self, content_hash: str) -> TraceRecord | None:
+        """The stored trace with this content hash, or None."""
         with self._lock:
             row = (
                 self._db().execute("SELECT * FROM traces WHERE content_hash = ?", (content_hash,)).fetchone()
@@ -211,10 +214,13 @@ class Store:
         return int(total), [_record(r) for r in rows]
 
     def file_paths(self, record: TraceRecord) -> list[Path]:
+        """The stored files of a trace, in the order the upload recorded them."""
         folder = self.traces_dir / record.id
         return [folder / name for name in record.files]
 
     def get_result(self, trace_id: str, kind: str, key: str = "") -> str | None:
+        """The cached body of a result (``kind``: whatif, diagnosis, scenario, ...; ``key`` tells
+        variants apart, empty for the standard one), or None."""
         with self._lock:
             row = (
                 self._db()
@@ -227,6 +233,7 @@ class Store:
         return str(row[0]) if row else None
 
     def put_result(self, trace_id: str, kind: str, key: str, body: str) -> None:
+        """Store (or replace) a result body; one upsert, so readers see the old or the new one."""
         created = datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:
             self._db().execute(
@@ -235,6 +242,7 @@ class Store:
             )
 
     def cached_kinds(self, trace_id: str) -> set[str]:
+        """The kinds of standard results (empty key) already cached for a trace."""
         with self._lock:
             rows = (
                 self._db()

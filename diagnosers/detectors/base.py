@@ -43,6 +43,7 @@ class CauseMatch(BaseModel):
 
 
 def categories_for(cause: CauseId) -> list[str]:
+    """The incident-library categories a cause belongs to (the vocabulary's map; [] for none)."""
     return list(CAUSE_TO_CATEGORIES.get(cause, ()))
 
 
@@ -201,6 +202,7 @@ class TraceStats:
         return sel[self.op_dp, self.op_pp]
 
     def describe(self) -> dict[str, Any]:
+        """The trace's size (steps, dp, pp, op count) for a diagnosis's notes and views."""
         return {"steps": int(self.n_steps), "dp": self.dp, "pp": self.pp, "n_ops": self.n_ops}
 
 
@@ -240,6 +242,7 @@ def stage_groups(
 
 
 def rounded(x: float, nd: int = 4) -> float:
+    """``x`` as a plain float rounded to ``nd`` places, for evidence values (JSON, no numpy)."""
     return round(float(x), nd)
 
 

@@ -45,6 +45,7 @@ MAX_PROBED = 8
 
 
 def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
+    """Per op: whether it is a communication op (P2P or collective) of the vocabulary."""
     return np.isin(stats.optype, COMM_CODES)
 
 
