@@ -372,10 +372,8 @@ class Lens:
         """``similar(signatures=, limit=)`` over the incident library, or None without one."""
         if self.library is None:
             return None
-        try:
-            from incidents.similar import similar_incidents
-        except ModuleNotFoundError:
-            return None
+        from incidents.similar import similar_incidents
+
         library = self.library
 
         def similar(**kw: Any) -> Any:

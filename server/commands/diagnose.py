@@ -30,20 +30,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=handle)
 
 
-def similar_function() -> Callable[..., Any] | None:
-    """The incident library's ``similar_incidents``, when the library provides it."""
-    try:
-        import incidents
-    except ImportError:
-        return None
-    fn = getattr(incidents, "similar_incidents", None)
-    if fn is None:
-        try:
-            from incidents import similar as mod  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            return None
-        fn = getattr(mod, "similar_incidents", None)
-    return fn if callable(fn) else None
+def similar_function() -> Callable[..., Any]:
+    """The incident library's ``similar_incidents`` (it loads the bundled library on first use)."""
+    from incidents import similar_incidents
+
+    return similar_incidents
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -67,12 +67,10 @@ def test_a_failing_similar_search_becomes_a_note() -> None:
 
 
 def test_the_incident_library_plugs_in() -> None:
-    # Through the CLI's own lookup, as users get it (the incident library is optional).
+    # Through the CLI's own lookup, as users get it.
     from server.commands.diagnose import similar_function
 
     similar = similar_function()
-    if similar is None:
-        pytest.skip("the incident library is not installed")
     job = generate(ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3, seed=8, scenarios=["gc-pause"]))
     d = diagnose(job.trace, similar=similar)
     assert d.similar_incidents and all(s.id and s.title for s in d.similar_incidents)
