@@ -35,7 +35,7 @@ ranks; the grad-norm clip across every stage, also DP-synchronised (a global bar
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -574,19 +574,6 @@ def _find_cycle(stuck: npt.NDArray[np.int64], succ: list[set[int]]) -> list[int]
         path.append(x)
         x = next(y for y in succ[x] if y in left)
     return [*path[pos[x] :], x]
-
-
-def edge_list(t: Template) -> list[tuple[int, int]]:
-    """All (u, v) edges of the template, v waiting for u."""
-    return [(u, v) for v in range(t.n_nodes) for u in t.deps[v]]
-
-
-def stage_nodes(t: Template) -> dict[int, npt.NDArray[np.int64]]:
-    """Nodes of each stage."""
-    out: dict[int, list[int]] = defaultdict(list)
-    for v in range(t.n_nodes):
-        out[int(t.stage[v])].append(v)
-    return {s: np.asarray(v, dtype=np.int64) for s, v in out.items()}
 
 
 def template_from_graph(

@@ -77,10 +77,6 @@ class Settings:
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 
-    @property
-    def db_path(self) -> Path:
-        return self.data_dir / "lens.sqlite3"
-
     @classmethod
     def build(
         cls,

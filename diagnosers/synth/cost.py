@@ -80,9 +80,6 @@ class CostModel(BaseModel):
         layers[-1] = max(1, round(n - self.head_layers))
         return layers
 
-    def uniform_partition(self, pp: int) -> list[int]:
-        return [self.layers_per_middle_stage] * pp
-
     def p2p_time(self) -> float:
         return self.p2p_latency + self.p2p_bytes / self.p2p_bandwidth
 
