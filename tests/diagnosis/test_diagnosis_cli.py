@@ -48,7 +48,6 @@ def test_diagnose_text_output_and_similar_incidents(
     assert code == 0
     out = capsys.readouterr().out
     assert "faulty-machine" in out and "hottest: PP 0, DP 0" in out
-    pytest.importorskip("incidents")
     assert "similar incidents:" in out
 
 
