@@ -127,15 +127,10 @@ def make_heatmap(
     pp, dp = m.shape
     rows, cols = _bucket_edges(pp, max_rows), _bucket_edges(dp, max_cols)
     bucketed = len(rows) < pp or len(cols) < dp
-    if bucketed:
-        out = np.empty((len(rows), len(cols)))
-        for i, (ra, rb) in enumerate(rows):
-            block = m[ra:rb]
-            for j, (ca, cb) in enumerate(cols):
-                out[i, j] = block[:, ca:cb].max()
-        m = out
     note = None
     if bucketed:
+        m = np.maximum.reduceat(m, [a for a, _ in rows], axis=0)
+        m = np.maximum.reduceat(m, [a for a, _ in cols], axis=1)
         parts = []
         if len(cols) < dp:
             parts.append(f"DP ranks in buckets of {cols[0][1] - cols[0][0]}")
@@ -171,26 +166,27 @@ def job_heatmap(
     )
 
 
+def step_heatmap(
+    report: WhatIfReport, step: int, *, max_cols: int = 64, max_rows: int = 32
+) -> Heatmap | None:
+    """The estimate heatmap of one step, or None when the report has no put-backs for it."""
+    key = str(step)
+    att = report.attribution
+    if key not in att.by_dp_rank_per_step or key not in att.by_stage_per_step:
+        return None
+    s = report.step_slowdown.get(key)
+    title = f"{report.job.trial_name} step {step}: min(S_dp, S_pp)" + (f" (step S = {s:.3f})" if s else "")
+    return make_heatmap(
+        step_matrix(report, step),
+        title=title,
+        variant="step-estimate",
+        step=step,
+        max_cols=max_cols,
+        max_rows=max_rows,
+    )
+
+
 def step_heatmaps(report: WhatIfReport, *, max_cols: int = 64, max_rows: int = 32) -> dict[int, Heatmap]:
     """One estimate heatmap per step that has per-step put-backs, keyed by step id."""
-    out: dict[int, Heatmap] = {}
-    for step in report.steps:
-        key = str(step)
-        if (
-            key not in report.attribution.by_dp_rank_per_step
-            or key not in report.attribution.by_stage_per_step
-        ):
-            continue
-        s = report.step_slowdown.get(key)
-        title = f"{report.job.trial_name} step {step}: min(S_dp, S_pp)" + (
-            f" (step S = {s:.3f})" if s else ""
-        )
-        out[step] = make_heatmap(
-            step_matrix(report, step),
-            title=title,
-            variant="step-estimate",
-            step=step,
-            max_cols=max_cols,
-            max_rows=max_rows,
-        )
-    return out
+    maps = {step: step_heatmap(report, step, max_cols=max_cols, max_rows=max_rows) for step in report.steps}
+    return {step: hm for step, hm in maps.items() if hm is not None}

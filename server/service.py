@@ -350,20 +350,16 @@ class Lens:
         """
         import base64
 
-        from diagnosers.heatmap import job_heatmap, step_heatmaps
+        from diagnosers.heatmap import job_heatmap, step_heatmap
         from diagnosers.render.png import render_png
         from diagnosers.render.text import render_grid
 
         report = self.whatif(trace_id)
-        if step is None:
-            hm = job_heatmap(report)
-        else:
-            maps = step_heatmaps(report)
-            if step not in maps:
-                raise ApiError(
-                    400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(sorted(maps))}"
-                )
-            hm = maps[step]
+        hm = job_heatmap(report) if step is None else step_heatmap(report, step)
+        if hm is None:
+            raise ApiError(
+                400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(report.steps)}"
+            )
         key = "" if step is None else str(step)
         body = self._cached(trace_id, "heatmap_png", key, lambda: base64.b64encode(render_png(hm)).decode())
         return base64.b64decode(body), hm, render_grid(hm)
