@@ -136,3 +136,20 @@ def test_per_result_locks_do_not_outlive_their_callers(tmp_path: Path, st_files:
     # every distinct selector took its own lock; none is kept once its computation is done
     assert len(lens._locks) == 0
     store.close()
+
+
+def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(
+    tmp_path: Path, st_files: list[Path]
+) -> None:
+    store = Store(tmp_path).open()
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
+    tid = lens.ingest(folder, files, {}, "ST").trace_id
+    steps = lens.whatif(tid).steps
+    png, hm, grid = lens.heatmap(tid, steps[-1])
+    assert f"step {steps[-1]}" in grid
+    assert png.startswith(b"\x89PNG") and hm.step == steps[-1] and hm.variant == "step-estimate"
+    with pytest.raises(ApiError) as err:
+        lens.heatmap(tid, max(steps) + 1000)
+    assert err.value.code == "bad_step" and str(steps[0]) in err.value.message
+    store.close()
