@@ -22,30 +22,22 @@ def render_grid(heatmap: Heatmap, *, max_cols: int = 16, max_rows: int = 16, sha
     hm = heatmap
     m = hm.matrix()
     if m.shape[1] > max_cols or m.shape[0] > max_rows:
+        rb = make_heatmap(
+            m, title=hm.title, variant=hm.variant, step=hm.step, max_cols=max_cols, max_rows=max_rows
+        )
+        update: dict[str, object] = {
+            "note": f"{hm.dp_size} x {hm.pp_size} grid bucketed to {len(rb.dp_labels)} x "
+            f"{len(rb.pp_labels)} cells; each cell shows its bucket's maximum"
+        }
         if hm.bucketed:
             # Already bucketed once: bucket the bucket matrix, keeping the coarser labels honest.
-            rows_lbl, cols_lbl = hm.pp_labels, hm.dp_labels
-            rb = make_heatmap(
-                m, title=hm.title, variant=hm.variant, step=hm.step, max_cols=max_cols, max_rows=max_rows
-            )
-            rb = rb.model_copy(
-                update={
-                    "dp_labels": [_merge(cols_lbl, lbl) for lbl in rb.dp_labels],
-                    "pp_labels": [_merge(rows_lbl, lbl) for lbl in rb.pp_labels],
-                    "dp_size": hm.dp_size,
-                    "pp_size": hm.pp_size,
-                }
-            )
-        else:
-            rb = make_heatmap(
-                m, title=hm.title, variant=hm.variant, step=hm.step, max_cols=max_cols, max_rows=max_rows
-            )
-        rb = rb.model_copy(
-            update={
-                "note": f"{hm.dp_size} x {hm.pp_size} grid bucketed to {len(rb.dp_labels)} x "
-                f"{len(rb.pp_labels)} cells; each cell shows its bucket's maximum"
+            update |= {
+                "dp_labels": [_merge(hm.dp_labels, lbl) for lbl in rb.dp_labels],
+                "pp_labels": [_merge(hm.pp_labels, lbl) for lbl in rb.pp_labels],
+                "dp_size": hm.dp_size,
+                "pp_size": hm.pp_size,
             }
-        )
+        rb = rb.model_copy(update=update)
         hm, m = rb, rb.matrix()
     width = max(5, max(len(lbl) for lbl in hm.dp_labels) + 1)
     rl = max(3, max(len(lbl) for lbl in hm.pp_labels))
