@@ -15,6 +15,7 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 import anyio
@@ -185,33 +186,24 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         }
         budget = UploadBudget(L.settings.max_upload_bytes, L.settings.max_decompressed_bytes)
         cap = L.settings.max_inline_bytes
+        def staged(write: Callable[[Path], list[StagedFile]]) -> tuple[Path, list[StagedFile]]:
+            # a failed write (413, bad gzip, path refused) must not leave its staging folder behind
+            staging = L.store.staging_dir()
+            try:
+                return staging, write(staging)
+            except BaseException:
+                L.store.discard(staging)
+                raise
+
         if content is not None:
             data = _decode_inline(content, encoding, cap)
             name = safe_filename(filename, "trace")
-
-            def stage_inline() -> tuple[Any, list[StagedFile]]:
-                staging = L.store.staging_dir()
-                try:
-                    return staging, [write_bytes(staging, name, data, budget)]
-                except BaseException:
-                    L.store.discard(staging)
-                    raise
-
-            staging, files = await run(stage_inline)
+            staging, files = await run(staged, lambda d: [write_bytes(d, name, data, budget)])
             label = filename or name
         else:
             assert path is not None
             sources = resolve_allowed(path, L.settings.allow_dirs)
-
-            def stage_paths() -> tuple[Any, list[StagedFile]]:
-                staging = L.store.staging_dir()
-                try:
-                    return staging, [_copy_file(src, staging, budget) for src in sources]
-                except BaseException:
-                    L.store.discard(staging)
-                    raise
-
-            staging, files = await run(stage_paths)
+            staging, files = await run(staged, lambda d: [_copy_file(src, d, budget) for src in sources])
             label = path
         return await run(L.ingest, staging, files, options, label[:200])
 
