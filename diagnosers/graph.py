@@ -92,7 +92,6 @@ class Template:
     groups: list[list[int]]
     group_dp_sync: list[bool]
     order: list[list[int]]
-    sinks: npt.NDArray[np.int64]
     node_of_row: npt.NDArray[np.int64]
     dp_of_row: npt.NDArray[np.int64]
     step_of_row: npt.NDArray[np.int64]
@@ -479,11 +478,6 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             f"{len(twins)} no-op P2P records of the template split from batched records finish with "
             "their twin's group"
         )
-    has_succ = np.zeros(n_nodes, dtype=bool)
-    for v in range(n_nodes):
-        for u in deps[v]:
-            has_succ[u] = True
-    sinks = np.flatnonzero(~has_succ)
     return Template(
         n_nodes=n_nodes,
         stage=n_stage.astype(np.int64),
@@ -494,7 +488,6 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
         groups=groups,
         group_dp_sync=dp_sync,
         order=order,
-        sinks=sinks,
         node_of_row=node_of_row,
         dp_of_row=dp_of_row,
         step_of_row=step_of_row,
@@ -597,10 +590,6 @@ def template_from_graph(
             group[m] = g
     nodes = np.arange(n, dtype=np.int64)
     order = _topo_order(n, deps, group, groups, lambda v: f"node{v}", None)
-    has_succ = np.zeros(n, dtype=bool)
-    for v in range(n):
-        for u in deps[v]:
-            has_succ[u] = True
     cells = np.indices((n, dp, n_steps)).reshape(3, -1).astype(np.int64)
     return Template(
         n_nodes=n,
@@ -612,7 +601,6 @@ def template_from_graph(
         groups=[list(g) for g in groups],
         group_dp_sync=list(dp_sync),
         order=order,
-        sinks=np.flatnonzero(~has_succ),
         node_of_row=cells[0],
         dp_of_row=cells[1],
         step_of_row=cells[2],
