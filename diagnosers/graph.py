@@ -104,11 +104,6 @@ class Template:
     _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
-    @property
-    def is_comm(self) -> npt.NDArray[np.bool_]:
-        """Nodes whose simulated end is set by their group (``transfer`` after the group's start)."""
-        return self.group >= 0
-
     def name(self, node: int) -> str:
         """``optype_seq_stage``, the artifact's op identity."""
         return f"{OPTYPES[int(self.optype[node])]}_{int(self.seq[node])}_{int(self.stage[node])}"
