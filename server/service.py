@@ -20,7 +20,7 @@ from typing import Any
 from diagnosers.model import Trace, TraceError
 from diagnosers.readers import ReadOptions, load_trace
 from server.errors import ApiError, not_found
-from server.ingest import StagedFile, content_hash
+from server.ingest import META_SUFFIXES, StagedFile, content_hash
 from server.models import TraceInfo, TraceSummary, UploadResult, summarize
 from server.settings import Settings
 from server.store import Store, TraceRecord
@@ -177,7 +177,7 @@ class Lens:
         The staging folder is always consumed: moved into the store or deleted.
         """
         try:
-            if not any(not f.name.lower().endswith((".yaml", ".yml")) for f in files):
+            if all(f.name.lower().endswith(META_SUFFIXES) for f in files):
                 raise ApiError(400, "no_trace_files", "the upload holds only meta yaml files, no trace")
             opts = {k: options.get(k) for k in READ_KEYS if options.get(k) is not None}
             chash = content_hash(files, opts)
