@@ -57,7 +57,6 @@ NON_COMPUTE_CPU_PREFIXES: tuple[str, ...] = ("c10d::", "record_param_comms", "Pr
 BACKWARD_ANNOTATION_RE = re.compile(r"^##\s*backward\s*##$|_post_backward|^backward$", re.IGNORECASE)
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
 OPTIMIZER_ANNOTATION_RE = re.compile(r"^##\s*optimizer\s*##$|^Optimizer\.step#", re.IGNORECASE)
-FORWARD_ANNOTATION_RE = re.compile(r"^##\s*forward\s*##$|\.forward$", re.IGNORECASE)
 
 # Older PyTorch (1.8-1.10) spelled the categories differently.
 _CAT_ALIASES: dict[str, str] = {
