@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from diagnosers.model import OPTYPE_CODE, JobMeta, TraceError
+from diagnosers.model import OPTYPE_CODE, OPTYPES, JobMeta, TraceError
 from diagnosers.readers import ReadOptions, detect_format, load_trace
 from diagnosers.readers.normalize import normalize
 from diagnosers.samples import ARTIFACT_DIR
@@ -69,28 +69,10 @@ def test_parquet_reads_with_meta_beside_it() -> None:
 
 
 def _write_rows(trace_cols: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
-    names = np.asarray(
-        [
-            "forward-compute",
-            "backward-compute",
-            "optimizer",
-            "gc",
-            "forward-send",
-            "forward-recv",
-            "backward-send",
-            "backward-recv",
-            "params-all-gather",
-            "grads-reduce-scatter",
-            "separate-grads-all-reduce",
-            "embedding-grads-all-reduce",
-            "layernorm-grads-all-reduce",
-            "optimizer-clip-main-grad",
-        ]
-    )
     out = []
     for i in range(n):
         row = {k: trace_cols[k][i].item() for k in FIELDS if k != "optype"}
-        row["optype"] = str(names[trace_cols["optype"][i]])
+        row["optype"] = OPTYPES[int(trace_cols["optype"][i])]
         out.append(row)
     return out
 
