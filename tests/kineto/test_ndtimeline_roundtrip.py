@@ -12,24 +12,15 @@ import pytest
 from diagnosers.model import COLUMNS, Trace, TraceError
 from diagnosers.ndtimeline_writer import write_local_timeline, write_records_jsonl
 from diagnosers.readers import ReadOptions, detect_format, load_trace
+from diagnosers.samples import ARTIFACT_DIR, artifact_trace
 
-ARTIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "straggler-artifact"
-SAMPLES = Path(__file__).resolve().parents[2] / "diagnosers" / "samples" / "artifact"
 EPOCH = 1_720_000_000.0
 
 
-def _st_trace() -> tuple[Trace, Path | None]:
-    """The study's ST sample (stage imbalance), from the shared data or the packaged samples."""
-    for folder in (SAMPLES, ARTIFACT):
-        trace_path, meta = folder / "trace-ST.parquet", folder / "meta-ST.yaml"
-        if trace_path.is_file():
-            return load_trace([trace_path]), meta if meta.is_file() else None
-    pytest.skip("the ST sample trace is not available")
-
-
 @pytest.fixture(scope="module")
-def st() -> tuple[Trace, Path | None]:
-    return _st_trace()
+def st() -> tuple[Trace, Path]:
+    """The study's ST sample (stage imbalance), bundled with the package, and its meta yaml."""
+    return load_trace([artifact_trace("ST")]), ARTIFACT_DIR / "meta-ST.yaml"
 
 
 def _same_ops(a: Trace, b: Trace, shift: float, atol: float) -> None:
@@ -48,7 +39,7 @@ def _same_ops(a: Trace, b: Trace, shift: float, atol: float) -> None:
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "jsonl.gz"])
-def test_records_jsonl_round_trip(st: tuple[Trace, Path | None], tmp_path: Path, suffix: str) -> None:
+def test_records_jsonl_round_trip(st: tuple[Trace, Path], tmp_path: Path, suffix: str) -> None:
     trace, meta = st
     path = tmp_path / f"records.{suffix}"
     n = write_records_jsonl(trace, path, epoch=EPOCH, parsed_at=1_720_000_100)
@@ -64,7 +55,7 @@ def test_records_jsonl_round_trip(st: tuple[Trace, Path | None], tmp_path: Path,
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_local_timeline_round_trip(st: tuple[Trace, Path | None], tmp_path: Path, gz: bool) -> None:
+def test_local_timeline_round_trip(st: tuple[Trace, Path], tmp_path: Path, gz: bool) -> None:
     trace, meta = st
     path = tmp_path / ("trace_step0_9.gz" if gz else "trace_step0_9")
     n = write_local_timeline(trace, path, epoch=EPOCH)
@@ -79,7 +70,7 @@ def test_local_timeline_round_trip(st: tuple[Trace, Path | None], tmp_path: Path
     _same_ops(trace, back, EPOCH, atol=1e-6)
 
 
-def test_round_trip_analyses_to_the_same_numbers(st: tuple[Trace, Path | None], tmp_path: Path) -> None:
+def test_round_trip_analyses_to_the_same_numbers(st: tuple[Trace, Path], tmp_path: Path) -> None:
     from diagnosers.whatif import analyze
 
     trace, meta = st
