@@ -46,22 +46,16 @@ class Scenario(StrEnum):
     DATALOADER_STALL = "dataloader-stall"
 
 
-# What ``magnitude`` means per scenario, and its default (docs/GENERATOR.md lists the same).
+# The default ``magnitude`` per scenario; MAGNITUDE_MEANING says what it measures (docs/GENERATOR.md
+# lists the same).
 DEFAULT_MAGNITUDE: dict[Scenario, float] = {
     Scenario.NONE: 0.0,
-    # last stage forward time / a middle stage's forward time
     Scenario.STAGE_IMBALANCE: 2.0,
-    # first stage forward time / a middle stage's forward time
     Scenario.STAGE_IMBALANCE_FIRST: 1.6,
-    # longest sequence in thousands of tokens (microbatches pack this many tokens)
     Scenario.SEQUENCE_LENGTH_IMBALANCE: 32.0,
-    # one pause, seconds (at the last step when growing)
     Scenario.GC_PAUSE: 0.3,
-    # compute slowdown factor of the faulty worker(s)
     Scenario.FAULTY_MACHINE: 2.0,
-    # transfer slowdown factor of the slow link / host
     Scenario.SLOW_COMMUNICATION: 20.0,
-    # idle seconds before a step's first forward
     Scenario.DATALOADER_STALL: 0.5,
 }
 
