@@ -56,6 +56,12 @@ class Engine(Protocol):
     @property
     def ideal(self) -> npt.NDArray[np.float64]: ...
 
+    @property
+    def nodelay_step_times(self) -> npt.NDArray[np.float64]: ...
+
+    @property
+    def ideal_step_time(self) -> float: ...
+
     def simulate(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
 
 
@@ -64,15 +70,16 @@ class Probe:
 
     ``original`` / ``ideal`` are per-op durations (transfer durations for communication) aligned
     with the trace's op rows; ``simulate`` takes a (k, n_ops) batch and returns (k, n_steps) step
-    times with launch delay 0. ``t_orig`` / ``t_ideal`` are the means over steps of the two runs.
+    times with launch delay 0. ``t_orig`` / ``t_ideal`` are the means over steps of the two runs,
+    taken from the engine, which has already simulated both for the report.
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.original = np.asarray(engine.original, dtype=np.float64)
         self.ideal = np.asarray(engine.ideal, dtype=np.float64)
-        t = self.mean_times(np.stack([self.original, self.ideal]))
-        self.t_orig, self.t_ideal = float(t[0]), float(t[1])
+        self.t_orig = float(np.mean(engine.nodelay_step_times))
+        self.t_ideal = float(engine.ideal_step_time)
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
