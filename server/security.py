@@ -157,9 +157,12 @@ def resolve_allowed(raw: str, allow_dirs: tuple[Path, ...]) -> list[Path]:
         raise PathNotAllowed(f"path {raw!r} contains '..'; give a path inside an allowed folder")
     if GLOB_CHARS & set(raw):
         raise PathNotAllowed(f"path {raw!r} contains glob characters; name a file or a folder")
+    allowed = ", ".join(str(d) for d in allow_dirs)
+    if p.is_absolute() and not any(p.resolve().is_relative_to(d) for d in allow_dirs):
+        # refused before anything is looked up, so the answer does not tell whether it exists
+        raise PathNotAllowed(f"path {raw!r} lies outside the allowed folders ({allowed})")
     candidates = [p] if p.is_absolute() else [d / p for d in allow_dirs]
     target = next((c for c in candidates if c.exists()), None)
-    allowed = ", ".join(str(d) for d in allow_dirs)
     if target is None:
         raise PathNotAllowed(f"no such file or folder {raw!r} (allowed folders: {allowed})")
     files = (

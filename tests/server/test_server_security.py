@@ -190,6 +190,16 @@ def test_traversal_symlink_escape_and_globs_are_refused(folders: tuple[Path, Pat
         resolve_allowed(raw.format(out=outside, allowed=allowed), (allowed,))
 
 
+def test_paths_outside_get_one_answer_whether_they_exist_or_not(folders: tuple[Path, Path]) -> None:
+    allowed, outside = folders
+    answers = []
+    for name in ("secret.jsonl", "missing.jsonl"):
+        with pytest.raises(PathNotAllowed) as err:
+            resolve_allowed(str(outside / name), (allowed,))
+        answers.append(str(err.value).replace(name, "NAME"))
+    assert answers[0] == answers[1] and "outside the allowed folders" in answers[0]
+
+
 def test_paths_are_refused_when_no_folder_is_allowed(folders: tuple[Path, Path]) -> None:
     allowed, _ = folders
     with pytest.raises(PathNotAllowed, match="--allow-dir"):
