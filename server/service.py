@@ -205,6 +205,8 @@ class Lens:
             self.store.discard(staging)
             raise
         if created:
+            # the files now live in the trace's folder: errors found later (by the engine) name them there
+            trace.sources = [str(p) for p in self.store.file_paths(rec)]
             self._remember(rec.id, trace)
         return UploadResult(
             trace_id=rec.id, created=created, summary=TraceSummary.model_validate(rec.summary)
@@ -243,7 +245,7 @@ class Lens:
             try:
                 eng = build_engine(self.trace(rec))
             except TraceError as exc:
-                raise trace_error(exc) from exc
+                raise trace_error(exc, self.store.traces_dir / rec.id) from exc
             with self._cache_lock:
                 self._engines[rec.id] = eng
                 while len(self._engines) > self.settings.trace_cache_size:
@@ -280,7 +282,7 @@ class Lens:
             try:
                 return str(compute().model_dump_json())
             except TraceError as exc:
-                raise trace_error(exc) from exc
+                raise trace_error(exc, self.store.traces_dir / trace_id) from exc
 
         memo_key = (kind, trace_id, key) if key else (kind, trace_id)
         hit = self.peek(*memo_key)

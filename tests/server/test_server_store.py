@@ -153,3 +153,26 @@ def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(
         lens.heatmap(tid, max(steps) + 1000)
     assert err.value.code == "bad_step" and str(steps[0]) in err.value.message
     store.close()
+
+
+def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: Path) -> None:
+    # step 1 lacks the backward: the reader accepts it, the engine's graph does not
+    header = {"format": "straggler-lens/native", "version": 1, "job": {"dp_size": 1, "pp_size": 1}}
+    rows = [
+        {"dp_rank": 0, "stage": 0, "rank": 0, "step": step, "optype": optype, "start_ts": step + start,
+         "duration": 0.01, "seq_id": 0, "mc": 0, "gmc": 0, "mb_id": 0}
+        for step, optype, start in ((0, "forward-compute", 0.0), (0, "backward-compute", 0.02),
+                                    (1, "forward-compute", 0.0))
+    ]
+    data = "\n".join(json.dumps(r) for r in [header, *rows]).encode()
+    store = Store(tmp_path).open()
+    uploader = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {"trace.jsonl": data})
+    tid = uploader.ingest(folder, files, {}, "gap").trace_id
+    # the uploading server keeps the parsed trace; a fresh one re-reads the stored files
+    for lens in (uploader, Lens(Settings(data_dir=tmp_path), store)):
+        with pytest.raises(ApiError) as err:
+            lens.whatif(tid)
+        assert err.value.status == 422 and "every step must carry the same ops" in err.value.message
+        assert "file=trace.jsonl" in err.value.message and str(tmp_path) not in err.value.message
+    store.close()
