@@ -125,8 +125,8 @@ class Lens:
             return value
 
     def memo(self, key: tuple[str, ...], value: Any) -> Any:
-        """Keep ``value`` in memory for :meth:`peek` and return it; the least recently used entries
-        go beyond 64 per cached trace."""
+        """Keep ``value`` in memory for :meth:`peek` and return it; beyond 64 entries per cached
+        trace the least recently used are dropped."""
         with self._cache_lock:
             self._memo[key] = value
             self._memo.move_to_end(key)
