@@ -24,7 +24,6 @@ import json
 import random
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -208,12 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['below_threshold_jobs']}"
     )
     print()
-    by: dict[str, list[str]] = defaultdict(list)
-    for g, v in summary["by_group"].items():  # type: ignore[attr-defined]
+    for g, v in sorted(summary["by_group"].items()):  # type: ignore[attr-defined]
         loc = "n/a" if v["location"] is None else f"{v['location']:.3f}"
-        by[g].append(f"group {g:16s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
-    for g in sorted(by):
-        print(*by[g], sep="\n")
+        print(f"group {g:16s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
     print()
     print(confusion_table(summary["confusion"]))  # type: ignore[arg-type]
     print()
