@@ -298,8 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
+    print_summary(summary, "jobs", group_width=8)
+    return 0
+
+
+def print_summary(
+    summary: dict[str, object], title: str, *, extra: tuple[str, ...] = (), group_width: int = 8
+) -> None:
+    """Print a ``summarize`` result as the harnesses show it: scores, groups, confusion matrix."""
     print(
-        f"jobs: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
+        f"{title}: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
         f"{summary['below_threshold_jobs']} below threshold)"
     )
     for key in (
@@ -311,21 +319,21 @@ def main(argv: list[str] | None = None) -> int:
         "spurious_causes_per_job",
     ):
         print(f"{key:28s} {float(summary[key]):.3f}")  # type: ignore[arg-type]
-    print(f"{'faulty_machine_on_healthy':28s} {summary['faulty_machine_on_healthy']}")
+    for key in (*extra, "faulty_machine_on_healthy"):
+        print(f"{key:28s} {summary[key]}")
     print(
         f"{'below_threshold_called_none':28s} {summary['below_threshold_called_none']} of "
         f"{summary['below_threshold_jobs']}"
     )
     print(f"{'mean_diagnose_seconds':28s} {float(summary['mean_diagnose_seconds']):.3f}")  # type: ignore[arg-type]
     print()
-    for g, v in summary["by_group"].items():  # type: ignore[attr-defined]
+    for g, v in sorted(summary["by_group"].items()):  # type: ignore[attr-defined]
         loc = "n/a" if v["location"] is None else f"{v['location']:.3f}"
-        print(f"group {g:8s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
+        print(f"group {g:{group_width}s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
     print()
     print(confusion_table(summary["confusion"]))  # type: ignore[arg-type]
     print()
     print(f"wall time {summary['wall_seconds']} s")
-    return 0
 
 
 if __name__ == "__main__":

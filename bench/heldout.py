@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accuracy import Case, confusion_table, run, summarize
+from accuracy import Case, print_summary, run, summarize
 
 from diagnosers.synth import CostModel, Scenario, ScenarioSpec, Schedule
 
@@ -188,32 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(
-        f"held-out jobs: {summary['jobs']} ({summary['detectable_jobs']} with a cause the method can see, "
-        f"{summary['below_threshold_jobs']} below threshold)"
-    )
-    for key in (
-        "top1_accuracy",
-        "cause_recall",
-        "location_accuracy",
-        "healthy_false_alarm_rate",
-        "jobs_with_spurious_cause",
-    ):
-        print(f"{key:28s} {float(summary[key]):.3f}")  # type: ignore[arg-type]
-    print(f"{'healthy_with_any_cause':28s} {summary['healthy_with_any_cause']}")
-    print(f"{'faulty_machine_on_healthy':28s} {summary['faulty_machine_on_healthy']}")
-    print(
-        f"{'below_threshold_called_none':28s} {summary['below_threshold_called_none']} of "
-        f"{summary['below_threshold_jobs']}"
-    )
-    print()
-    for g, v in sorted(summary["by_group"].items()):  # type: ignore[attr-defined]
-        loc = "n/a" if v["location"] is None else f"{v['location']:.3f}"
-        print(f"group {g:16s} jobs {v['jobs']:3d}  top-1 {v['top1']:.3f}  location {loc}")
-    print()
-    print(confusion_table(summary["confusion"]))  # type: ignore[arg-type]
-    print()
-    print(f"wall time {summary['wall_seconds']} s")
+    print_summary(summary, "held-out jobs", extra=("healthy_with_any_cause",), group_width=16)
     return 0
 
 
