@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,29 @@ from server.settings import Settings
 from server.store import Store
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """An open store in a fresh data folder, closed after the test."""
+    opened = Store(tmp_path).open()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def st_lens(tmp_path: Path, store: Store, st_files: list[Path]) -> tuple[Lens, str]:
+    """A service over ``store`` holding the ST sample, and the sample's trace id."""
+    lens = Lens(Settings(data_dir=tmp_path), store)
+    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
+    return lens, lens.ingest(folder, files, {}, "ST").trace_id
+
+
 def stage(store: Store, files: dict[str, bytes]) -> tuple[Path, list]:
     folder = store.staging_dir()
     budget = UploadBudget(10**9, 10**9)
     return folder, [write_bytes(folder, name, data, budget) for name, data in files.items()]
 
 
-def test_same_content_answers_the_stored_record(tmp_path: Path) -> None:
-    store = Store(tmp_path).open()
+def test_same_content_answers_the_stored_record(tmp_path: Path, store: Store) -> None:
     folder, files = stage(store, {"a.jsonl": b"1\n"})
     h = content_hash(files, {})
     rec, created = store.commit_trace(
@@ -40,8 +56,7 @@ def test_same_content_answers_the_stored_record(tmp_path: Path) -> None:
     assert content_hash(files2, {"dp": 2}) != h, "other read options make another trace"
 
 
-def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path) -> None:
-    store = Store(tmp_path).open()
+def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path, store: Store) -> None:
     ids = set()
     for i in range(5):
         folder, files = stage(store, {"a.jsonl": str(i).encode()})
@@ -54,20 +69,19 @@ def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path
     assert store.get("0" * 32) is None
 
 
-def test_open_removes_half_written_uploads_and_orphan_folders(tmp_path: Path) -> None:
-    store = Store(tmp_path).open()
+def test_open_removes_half_written_uploads_and_orphan_folders(tmp_path: Path, store: Store) -> None:
     folder, _ = stage(store, {"a.jsonl": b"partial"})  # an upload killed mid-way
     orphan = store.traces_dir / ("f" * 32)  # renamed into place, but the row never written
     orphan.mkdir()
     (orphan / "x").write_bytes(b"x")
     store.close()
-    store = Store(tmp_path).open()
+    reopened = Store(tmp_path).open()
     assert not folder.exists() and not orphan.exists()
-    assert store.page(10, 0) == (0, [])
+    assert reopened.page(10, 0) == (0, [])
+    reopened.close()
 
 
-def test_results_survive_a_restart(tmp_path: Path) -> None:
-    store = Store(tmp_path).open()
+def test_results_survive_a_restart(tmp_path: Path, store: Store) -> None:
     folder, files = stage(store, {"a.jsonl": b"1"})
     rec, _ = store.commit_trace(
         folder, content_hash=content_hash(files, {}), name="a", files=["a.jsonl"], options={}, summary={}
@@ -78,10 +92,10 @@ def test_results_survive_a_restart(tmp_path: Path) -> None:
     assert again.get_result(rec.id, "whatif") == '{"s": 1.5}'
     assert again.cached_kinds(rec.id) == {"whatif"}
     assert (again.traces_dir / rec.id / "a.jsonl").read_bytes() == b"1"
+    again.close()
 
 
-def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path) -> None:
-    store = Store(tmp_path).open()
+def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path, store: Store) -> None:
     lens = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {"x.csv": b"garbage,1\n2,3\n"})
     with pytest.raises(ApiError) as err:
@@ -94,8 +108,9 @@ def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path) -> None:
     )
 
 
-def test_ingest_parses_stores_and_reloads_the_st_sample(tmp_path: Path, st_files: list[Path]) -> None:
-    store = Store(tmp_path).open()
+def test_ingest_parses_stores_and_reloads_the_st_sample(
+    tmp_path: Path, store: Store, st_files: list[Path]
+) -> None:
     lens = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
     result = lens.ingest(folder, files, {}, "ST")
@@ -109,12 +124,9 @@ def test_ingest_parses_stores_and_reloads_the_st_sample(tmp_path: Path, st_files
 
 
 def test_a_stored_scenario_never_answers_a_selector_the_job_cannot_have(
-    tmp_path: Path, st_files: list[Path]
+    tmp_path: Path, store: Store, st_lens: tuple[Lens, str]
 ) -> None:
-    store = Store(tmp_path).open()
-    lens = Lens(Settings(data_dir=tmp_path), store)
-    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
-    tid = lens.ingest(folder, files, {}, "ST").trace_id
+    lens, tid = st_lens
     good = lens.scenario(tid, pp_ranks=[3])
     assert good.speedup > 1.1
     # a result stored for an out-of-range selector (as an older server did) is not served
@@ -126,25 +138,16 @@ def test_a_stored_scenario_never_answers_a_selector_the_job_cannot_have(
         assert err.value.status == 400 and "pp_ranks [9] outside the job" in err.value.message
 
 
-def test_per_result_locks_do_not_outlive_their_callers(tmp_path: Path, st_files: list[Path]) -> None:
-    store = Store(tmp_path).open()
-    lens = Lens(Settings(data_dir=tmp_path), store)
-    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
-    tid = lens.ingest(folder, files, {}, "ST").trace_id
+def test_per_result_locks_do_not_outlive_their_callers(st_lens: tuple[Lens, str]) -> None:
+    lens, tid = st_lens
     for stage_id in range(4):
         lens.scenario(tid, pp_ranks=[stage_id])
     # every distinct selector took its own lock; none is kept once its computation is done
     assert len(lens._locks) == 0
-    store.close()
 
 
-def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(
-    tmp_path: Path, st_files: list[Path]
-) -> None:
-    store = Store(tmp_path).open()
-    lens = Lens(Settings(data_dir=tmp_path), store)
-    folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
-    tid = lens.ingest(folder, files, {}, "ST").trace_id
+def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(st_lens: tuple[Lens, str]) -> None:
+    lens, tid = st_lens
     steps = lens.whatif(tid).steps
     png, hm, grid = lens.heatmap(tid, steps[-1])
     assert f"step {steps[-1]}" in grid
@@ -152,10 +155,9 @@ def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(
     with pytest.raises(ApiError) as err:
         lens.heatmap(tid, max(steps) + 1000)
     assert err.value.code == "bad_step" and str(steps[0]) in err.value.message
-    store.close()
 
 
-def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: Path) -> None:
+def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: Path, store: Store) -> None:
     # step 1 lacks the backward: the reader accepts it, the engine's graph does not
     header = {"format": "straggler-lens/native", "version": 1, "job": {"dp_size": 1, "pp_size": 1}}
     rows = [
@@ -165,7 +167,6 @@ def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: 
                                     (1, "forward-compute", 0.0))
     ]
     data = "\n".join(json.dumps(r) for r in [header, *rows]).encode()
-    store = Store(tmp_path).open()
     uploader = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {"trace.jsonl": data})
     tid = uploader.ingest(folder, files, {}, "gap").trace_id
@@ -175,4 +176,3 @@ def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: 
             lens.whatif(tid)
         assert err.value.status == 422 and "every step must carry the same ops" in err.value.message
         assert "file=trace.jsonl" in err.value.message and str(tmp_path) not in err.value.message
-    store.close()
