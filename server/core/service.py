@@ -19,11 +19,11 @@ from typing import Any
 
 from diagnosers.model import Trace, TraceError
 from diagnosers.readers import ReadOptions, load_trace
-from server.errors import ApiError, not_found
-from server.ingest import META_SUFFIXES, StagedFile, content_hash
-from server.models import TraceInfo, TraceSummary, UploadResult, summarize
-from server.settings import Settings
-from server.store import Store, TraceRecord
+from server.core.errors import ApiError, not_found
+from server.core.models import TraceInfo, TraceSummary, UploadResult, summarize
+from server.core.settings import Settings
+from server.core.staging import META_SUFFIXES, StagedFile, content_hash
+from server.core.store import Store, TraceRecord
 
 # progress(fraction in [0, 1], message): called from the worker thread doing the analysis.
 Progress = Callable[[float, str], None]

@@ -17,8 +17,8 @@ from starlette.requests import Request
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
-from server.errors import ApiError
-from server.ingest import FileSink, StagedFile, UploadBudget, safe_filename, write_stream
+from server.core.errors import ApiError
+from server.core.staging import FileSink, StagedFile, UploadBudget, safe_filename, write_stream
 
 # Non-file multipart fields accepted next to the files (same meaning as the query parameters).
 FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.settings import Settings, SettingsError
+    from server.core.settings import Settings, SettingsError
 
     try:
         settings = Settings.build(

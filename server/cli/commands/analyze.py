@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from server.commands.trace_args import add_read_arguments, positive_int, read_options
+from server.cli.commands.trace_args import add_read_arguments, positive_int, read_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

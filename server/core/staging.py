@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server.errors import ApiError
+from server.core.errors import ApiError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
