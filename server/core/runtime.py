@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 
+from server.core import jobs
+from server.core.executor import Executor, LocalExecutor, ProcessExecutor
 from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.store import Store
@@ -48,15 +50,23 @@ def features() -> dict[str, bool]:
 
 def open_library() -> Any:
     """The incident library, or None when the incidents package is not installed."""
-    try:
-        import incidents.library  # noqa: F401
-    except ModuleNotFoundError:
-        return None
-    from incidents.library import load_library
+    return jobs.open_library()
 
-    library = load_library()
-    _ = library.index  # build the search index now rather than on the first query
-    return library
+
+def open_executor(settings: Settings, with_library: bool) -> Executor:
+    """The executor of a running server: worker processes (one per core by default, each with
+    its trace cache and, when the server has one, the incident library), or threads when
+    ``settings.workers == 0``."""
+    if settings.workers == 0:
+        return LocalExecutor(max_queue=settings.max_queue)
+    pool = ProcessExecutor(
+        settings.workers,
+        settings.max_queue,
+        initializer=jobs.init_worker,
+        initargs=(settings.trace_cache_size, with_library),
+    )
+    pool.warm(jobs.warm, with_library)
+    return pool
 
 
 def preload_sample(lens: Lens) -> str:
@@ -75,17 +85,22 @@ def preload_sample(lens: Lens) -> str:
 
 @asynccontextmanager
 async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
-    """Open the store and the incident library; close the store on the way out."""
+    """Open the store, the incident library and the executor; close them on the way out."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = await anyio.to_thread.run_sync(Store(settings.data_dir).open)
+    executor: Executor | None = None
     try:
         library = await anyio.to_thread.run_sync(open_library)
-        lens = Lens(settings, store, library)
+        executor = await anyio.to_thread.run_sync(open_executor, settings, library is not None)
+        lens = Lens(settings, store, library, executor)
         if settings.preload_sample:
             tid = await anyio.to_thread.run_sync(preload_sample, lens)
             log.info("sample trace ST stored as %s", tid)
         yield lens
     finally:
+        if executor is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(executor.close)
         store.close()
 
 

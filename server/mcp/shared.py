@@ -4,6 +4,7 @@ progress relay and the ``lens()`` accessor type. Imports no tool module (tool mo
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Callable
@@ -62,14 +63,17 @@ def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
 class ProgressRelay:
     """Forward progress to the client as ``(fraction, 1.0, message)``, strictly increasing.
 
-    Called from the worker thread running an analysis (``__call__``, the engine's
-    ``progress(fraction, message)`` signature) or from the event loop (``step``). Progress is
-    advisory: a client that went away never fails the analysis.
+    Called with the engine's ``progress(fraction, message)`` signature from a worker thread of
+    the event loop (jobs run in threads) or on the loop itself (the executor relays a worker
+    process's progress there, and says so when a job waits in its queue); ``step`` is the
+    loop's own awaitable form. Progress is advisory: a client that went away never fails the
+    analysis.
     """
 
     def __init__(self, ctx: Context[Any] | None):
         self.ctx = ctx
         self.last = -1.0
+        self._sending: set[asyncio.Future[Any]] = set()
 
     def _fresh(self, fraction: float) -> bool:
         if self.ctx is None or fraction <= self.last:
@@ -81,9 +85,22 @@ class ProgressRelay:
         if not self._fresh(fraction):
             return
         assert self.ctx is not None
+        send = functools.partial(self.ctx.report_progress, fraction, 1.0, message or None)
         try:
-            anyio.from_thread.run(functools.partial(self.ctx.report_progress, fraction, 1.0, message or None))
-        except Exception:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread: wait for the send, which keeps the order
+            try:
+                anyio.from_thread.run(send)
+            except Exception:
+                self.ctx = None
+            return
+        task = asyncio.ensure_future(send())
+        self._sending.add(task)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Future[Any]) -> None:
+        self._sending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
             self.ctx = None
 
     async def step(self, fraction: float, message: str) -> None:
@@ -94,5 +111,3 @@ class ProgressRelay:
             await self.ctx.report_progress(fraction, 1.0, message)
         except Exception:
             self.ctx = None
-
-

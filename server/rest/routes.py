@@ -78,6 +78,7 @@ async def healthz(request: Request) -> Response:
         traces=total,
         incidents=lens.incident_count(),
         features=features(),
+        executor=lens.executor.status() if lens.executor is not None else None,
     )
     return JSONResponse(body.model_dump())
 
