@@ -31,7 +31,9 @@ def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from diagnosers.writers import write_native
 
     job = generate(
-        ScenarioSpec(dp=64, pp=4, microbatches=16, steps=10, scenarios=[Scenario.FAULTY_MACHINE], worker=(5, 2))
+        ScenarioSpec(
+            dp=64, pp=4, microbatches=16, steps=10, scenarios=[Scenario.FAULTY_MACHINE], worker=(5, 2)
+        )
     )
     path = tmp_path_factory.mktemp("loop") / "trace.jsonl"
     write_native(job.trace, path)
