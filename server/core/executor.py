@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import multiprocessing
@@ -184,9 +185,17 @@ _EVENTS: Any = None
 PROGRESS_INTERVAL_S = 0.1
 
 
+# Workers run at a lower CPU priority than the server process: on a machine with fewer free cores
+# than runnable processes, the event loop (short, latency-bound work) goes first and the heavy
+# jobs (long, throughput-bound) take the rest.
+WORKER_NICE = 5
+
+
 def _init_process(events: Any, init: Callable[..., Any] | None, init_args: tuple[Any, ...]) -> None:
     global _EVENTS
     _EVENTS = events
+    with contextlib.suppress(OSError):  # not permitted here: same priority, still off the loop
+        os.nice(WORKER_NICE)
     if init is not None:
         init(*init_args)
 

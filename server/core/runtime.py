@@ -5,6 +5,7 @@ tools read it from. Lives in the core so that no surface imports the app factory
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from collections.abc import AsyncIterator
@@ -31,7 +32,13 @@ def app_version() -> str:
 
 
 def features() -> dict[str, bool]:
-    """Which optional pieces are installed (tools whose module is missing are not offered)."""
+    """Which optional pieces are installed (tools whose module is missing are not offered).
+    Looked up once per process: installing a package needs a restart anyway."""
+    return dict(_features())
+
+
+@functools.cache
+def _features() -> dict[str, bool]:
 
     def has(mod: str) -> bool:
         try:
