@@ -8,12 +8,15 @@ and the 2M-op dp 128 x pp 8 x 32 mb x 10 steps job as parquet), then polls ``/he
 20 ms: first idle (the floor), then while the 100 MB upload streams in and the 2M-op job is
 uploaded and diagnosed for the first time, all at once. Prints p50 / p99 / max of both phases
 and the ratio of the busy p99 to the idle p99. Target: busy p99 under 100 ms on a 2-core machine.
+``--workers 0`` runs the same work in threads of the server process (the peer to compare with).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -22,9 +25,26 @@ from pathlib import Path
 import httpx
 
 from bench.engine_bench import synth_job
-from bench.server_bench import free_port, pct, start_server
+from bench.server_bench import free_port, pct
 
 POLL_S = 0.02
+
+
+def start_server(data: Path, port: int, log: Path, workers: int | None) -> subprocess.Popen[bytes]:
+    """``straggler-lens serve`` on 127.0.0.1:port (``--workers`` when given), once /healthz answers."""
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", str(data)]
+    cmd += ["--log-level", "warning"] + (["--workers", str(workers)] if workers is not None else [])
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server did not start; see {log}")
 
 
 async def file_chunks(path: Path, size: int = 256 * 1024) -> AsyncIterator[bytes]:
@@ -103,6 +123,7 @@ async def measure(base: str, upload: Path, big: Path, meta: Path, idle_s: float)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--idle-s", type=float, default=3.0)
+    ap.add_argument("--workers", type=int, default=None, help="serve --workers (0 = threads, the peer)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -118,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         port = free_port()
-        proc = start_server(root / "data", port, root / "server.log")
+        proc = start_server(root / "data", port, root / "server.log", a.workers)
         try:
             time.sleep(2.0)  # let the workers finish warming up (imports, incident library)
             asyncio.run(measure(f"http://127.0.0.1:{port}", upload, big, meta, a.idle_s))
