@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     errors, healthy = [], []
     t0 = time.perf_counter()
     if args.verbose:
-        print(f"{'#':>3} {'vpp':>3} {'dp':>3} {'pp':>3} {'mb':>3} {'scenario':<26} {'S':>7} {'true':>7} {'err %':>7}")
+        print(f"{'#':>3} {'vpp':>3} {'dp':>3} {'pp':>3} {'mb':>3} {'scenario':<26} {'S':>7} {'true':>7} "
+              f"{'err %':>7}")
     for i, spec in enumerate(bench_specs(args.jobs, args.heldout)):
         job = generate(spec)
         rep = analyze(job.trace)

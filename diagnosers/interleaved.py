@@ -27,6 +27,7 @@ call ended later was waiting for another transfer of its batched call, not for t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,7 +78,7 @@ def program(stage: int, pp: int, vpp: int, m: int) -> list[Element]:
     def real(o: int, k: int) -> bool:
         fwd = o in (FS, FR)
         c = chunk_of(k, pp, vpp, fwd)
-        if o == FS or o == BR:  # towards the model's output end
+        if o in (FS, BR):  # towards the model's output end
             return not (s == pp - 1 and c == vpp - 1)
         return not (s == 0 and c == 0)  # FR, BS: towards its input end
 
@@ -158,7 +159,8 @@ def stage_program(
         for nodes, forward in ((fwd, True), (bwd, False)):
             v = nodes[k]
             if mc[v] >= 0 and mc[v] != chunk_of(k, pp, vpp, forward):
-                return f"compute {k} runs chunk {int(mc[v])}, the interleaved order says {chunk_of(k, pp, vpp, forward)}"
+                want = chunk_of(k, pp, vpp, forward)
+                return f"compute {k} runs chunk {int(mc[v])}, the interleaved order says {want}"
 
     elements: list[list[int]] = []
     calls: list[list[int]] = []
@@ -183,11 +185,11 @@ def stage_program(
             calls.append(members)
     edges: list[tuple[int, int]] = []
     prev_max = -np.inf
-    for a, b in zip(elements, elements[1:], strict=False):
+    for a, b in itertools.pairwise(elements):
         edges.extend((u, v) for u in a for v in b)
     for el_nodes in elements:
         st = start[el_nodes]
-        if st.min() < prev_max - ORDER_TOL or st.max() - st.min() > ORDER_TOL and len(el_nodes) > 1:
+        if st.min() < prev_max - ORDER_TOL or (len(el_nodes) > 1 and st.max() - st.min() > ORDER_TOL):
             return "recorded start times do not follow the interleaved program"
         prev_max = float(st.max())
     return StageProgram(edges=edges, calls=calls, real=real, first=elements[0], last=elements[-1])

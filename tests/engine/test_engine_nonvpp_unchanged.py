@@ -34,7 +34,8 @@ GENERATED: dict[str, ScenarioSpec] = {
     ),
     "gpipe-healthy": ScenarioSpec(dp=2, pp=4, microbatches=8, steps=3, schedule=Schedule.GPIPE, seed=15),
     "gpipe-comm": ScenarioSpec(
-        dp=4, pp=4, microbatches=8, steps=3, schedule=Schedule.GPIPE, scenarios=["slow-communication"], seed=16
+        dp=4, pp=4, microbatches=8, steps=3, schedule=Schedule.GPIPE, scenarios=["slow-communication"],
+        seed=16,
     ),
     "gpipe-gc": ScenarioSpec(
         dp=2, pp=2, microbatches=8, steps=3, schedule=Schedule.GPIPE, scenarios=["gc-pause"], seed=17
