@@ -105,6 +105,7 @@ class Template:
     # interleaved jobs laid on Megatron's program: P2P groups measured as rendezvous pairs
     # (``interleaved.rendezvous_transfers``); empty otherwise
     rendezvous_groups: list[int] = field(default_factory=list)
+    rendezvous_calls: list[list[int]] = field(default_factory=list)  # nodes of each batched call
     _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
@@ -485,8 +486,10 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             "their twin's group"
         )
     rendezvous: list[int] = []
+    calls: list[list[int]] = []
     if vpp_programs and len(vpp_programs) == pp:
-        rendezvous = sorted({int(group[v]) for p in vpp_programs.values() for c in p.calls for v in c})
+        calls = [c for p in vpp_programs.values() for c in p.calls]
+        rendezvous = sorted({int(group[v]) for c in calls for v in c})
     return Template(
         n_nodes=n_nodes,
         stage=n_stage.astype(np.int64),
@@ -507,6 +510,7 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
         no_ops=len(no_op_nodes),
         notes=notes,
         rendezvous_groups=rendezvous,
+        rendezvous_calls=calls,
     )
 
 

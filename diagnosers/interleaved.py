@@ -21,8 +21,8 @@ model chunks and ``m`` microbatches (``m`` a multiple of ``p``; ``n = m·v`` for
 onto it and returns the edges that make the graph run it (every call waits for the whole previous
 call), the batched calls, and whether the trace fits (record counts, chunk ids, start order).
 :func:`rendezvous_transfers` measures a transfer as the pair's completion: both sides of a P2P
-pair finish together, so its own time is ``min(member ends) - max(member starts)``; a member whose
-call ended later was waiting for another transfer of its batched call, not for this one.
+pair finish together, while each side records its whole batched call, which may end later waiting
+for another transfer of the call.
 """
 
 from __future__ import annotations
@@ -195,24 +195,69 @@ def stage_program(
     return StageProgram(edges=edges, calls=calls, real=real, first=elements[0], last=elements[-1])
 
 
+WITNESS_TOL = 1e-4  # s; two calls "end together" within this (per-host clock skew is ~20 µs)
+
+
 def rendezvous_transfers(
     groups: list[list[int]],
     which: list[int],
+    calls: list[list[int]],
     start: npt.NDArray[np.float64],
     end: npt.NDArray[np.float64],
     orig: npt.NDArray[np.float64],
     clamp: float,
 ) -> None:
-    """Set each member's transfer time of the groups ``which`` to the pair's own time, in place.
+    """Set the transfer time of every member of the P2P groups ``which`` to its pair's own, in place.
 
-    ``start``/``end``/``orig`` are ``(n_nodes, dp, steps)``. A P2P pair completes on both sides at
-    once (``max(posts) + transfer``), but each side records its whole batched call, which may end
-    later waiting for another transfer; so the pair's transfer is ``min(member ends) - max(member
-    starts)``. Exact for the transfer that ends each call, so re-simulating with launch delays
-    still reproduces the trace; an upper bound for the others. Values at or below ``-clamp`` are 0.
+    ``start``/``end``/``orig`` are ``(n_nodes, dp, steps)``; ``calls`` lists the nodes of each
+    batched call. Both sides of a pair finish together, at ``max(posts) + transfer``, but each
+    records the end of its whole call, which waits for the slowest transfer of the call. So, per
+    (dp, step) cell:
+
+    1. a pair's transfer is at most ``min(its two calls' ends) - max(member starts)`` (the bound);
+    2. each call's end is explained by one of its pairs, the *witness*: among the pairs whose other
+       call ends no earlier (within 100 µs), the one posted last (the smallest implied transfer);
+       a witness's transfer is ``call end - max(member starts)``, exact for the transfer that ended
+       the call;
+    3. a pair that witnesses neither of its calls finished unobserved inside both: it gets the
+       typical (median) bound of the job's pairs, capped by its own bound.
+
+    Re-simulating with launch delays reproduces every call's end (its witness ends there, no pair
+    ends later). Values at or below ``-clamp`` are 0.
     """
+    if not which:
+        return
+    pairs = [g for g in which if len({int(v) for v in groups[g]}) >= 2]
+    call_of: dict[int, int] = {v: c for c, nodes in enumerate(calls) for v in nodes}
+    eff = {g: start[groups[g]].max(axis=0) for g in which}
+    g_calls: dict[int, list[int]] = {}
+    for g in pairs:
+        cs = sorted({call_of[v] for v in groups[g] if v in call_of})
+        if len(cs) == 2:
+            g_calls[g] = cs
+    end_c = [end[nodes[0]] for nodes in calls]
+    bound = {g: np.minimum(end_c[a], end_c[b]) - eff[g] for g, (a, b) in g_calls.items()}
+    witnessed = {g: np.full(bound[g].shape, -np.inf) for g in g_calls}
+    by_call: dict[int, list[int]] = {}
+    for g, cs in g_calls.items():
+        for c in cs:
+            by_call.setdefault(c, []).append(g)
+    for c, gs in by_call.items():
+        other = [g_calls[g][1] if g_calls[g][0] == c else g_calls[g][0] for g in gs]
+        cand = np.stack([end_c[o] >= end_c[c] - WITNESS_TOL for o in other])  # (k, dp, S)
+        effs = np.stack([eff[g] for g in gs])
+        pick = np.argmax(np.where(cand, effs, -np.inf), axis=0)
+        pick = np.where(cand.any(axis=0), pick, np.argmax(effs, axis=0))
+        implied = end_c[c] - np.take_along_axis(effs, pick[None], axis=0)[0]
+        for i, g in enumerate(gs):
+            witnessed[g] = np.where(pick == i, np.maximum(witnessed[g], implied), witnessed[g])
+    typical = float(np.median(np.concatenate([b.ravel() for b in bound.values()]))) if bound else 0.0
     for g in which:
         members = groups[g]
-        tr = end[members].min(axis=0) - start[members].max(axis=0)
+        if g in g_calls:
+            tr = np.where(np.isfinite(witnessed[g]), witnessed[g], np.minimum(bound[g], typical))
+        else:
+            tr = end[members].min(axis=0) - eff[g]
+        tr = np.array(tr, dtype=np.float64)
         tr[tr <= -clamp] = 0.0
         orig[members] = tr[None]

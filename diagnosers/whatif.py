@@ -178,7 +178,7 @@ def build_engine(trace: Trace) -> WhatIfEngine:
         tr[tr <= -CLAMP_NEG] = 0.0
         orig[members] = tr
     if t.rendezvous_groups:  # interleaved: a P2P pair's own time, not its batched call's
-        rendezvous_transfers(t.groups, t.rendezvous_groups, start, end, orig, CLAMP_NEG)
+        rendezvous_transfers(t.groups, t.rendezvous_groups, t.rendezvous_calls, start, end, orig, CLAMP_NEG)
 
     launch = np.empty_like(start)
     for v in range(t.n_nodes):
