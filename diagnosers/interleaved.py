@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.model import OPTYPE_CODE
+from diagnosers.model import OPTYPE_CODE, JobMeta
 
 FWD = OPTYPE_CODE["forward-compute"]
 BWD = OPTYPE_CODE["backward-compute"]
@@ -261,3 +261,25 @@ def rendezvous_transfers(
         tr = np.array(tr, dtype=np.float64)
         tr[tr <= -clamp] = 0.0
         orig[members] = tr[None]
+
+
+def meta_notes(meta: JobMeta, mc: npt.NDArray[np.integer], is_compute: npt.NDArray[np.bool_]) -> list[str]:
+    """Fill ``meta.vpp`` from the trace's chunk ids when the metadata left it at 1, and say what an
+    interleaved job's analysis assumes about its layers (in place; returns the reader's notes)."""
+    notes: list[str] = []
+    chunks = int(mc[is_compute].max()) + 1 if is_compute.any() else 1
+    if meta.vpp == 1 and chunks > 1 and meta.layers_per_chunk is None:
+        meta.vpp = chunks
+        notes.append(f"vpp_size not given: {chunks} model chunks per stage, from the trace's chunk ids")
+    if meta.vpp > 1 and meta.layers_per_chunk is None:
+        if meta.layers_per_stage is not None:
+            notes.append(
+                f"layers per model chunk unknown: the chunk repartition assumes each stage's layers "
+                f"split evenly over its {meta.vpp} chunks (give layers_per_chunk in the meta file)"
+            )
+        else:
+            notes.append(
+                f"layers per stage and per model chunk unknown: the chunk repartition assumes 8 per "
+                f"stage split evenly over its {meta.vpp} chunks (give layers_per_chunk in the meta file)"
+            )
+    return notes

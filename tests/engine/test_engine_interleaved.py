@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 
 from diagnosers import interleaved
 from diagnosers.graph import Template, build_template
 from diagnosers.model import OPTYPE_CODE, OpTable, Trace
+from diagnosers.readers import load_trace
 from diagnosers.synth import Scenario, ScenarioSpec, Schedule, generate
 from diagnosers.synth.schedule import build_programs
 from diagnosers.whatif import analyze, build_engine
+from diagnosers.writers import write_meta_yaml, write_native, write_parquet
 
 PIPELINE = {OPTYPE_CODE[n] for n in ("forward-compute", "backward-compute", "forward-send", "forward-recv",
                                      "backward-send", "backward-recv")}
@@ -122,3 +127,25 @@ def test_traces_off_the_program_fall_back_with_a_note() -> None:
     t = build_template(Trace(ops=OpTable.from_columns(cols), meta=job.trace.meta))
     assert not t.rendezvous_groups
     assert [n for n in t.notes if "does not follow Megatron's interleaved" in n]
+
+
+def test_meta_carries_vpp_and_layers_per_chunk(tmp_path: Path) -> None:
+    job = generate(_spec(pp=2, vpp=3, microbatches=4, scenarios=["stage-imbalance"]))
+    assert job.trace.meta.layers_per_chunk is not None and len(job.trace.meta.layers_per_chunk[0]) == 3
+    write_parquet(job.trace, tmp_path / "trace.parquet")
+    write_meta_yaml(job.trace.meta, tmp_path / "meta.yaml")
+    back = load_trace([tmp_path / "trace.parquet", tmp_path / "meta.yaml"])
+    assert back.meta.vpp == 3
+    assert back.meta.layers_per_chunk == job.trace.meta.layers_per_chunk
+    assert not [n for n in back.notes if "layers per model chunk unknown" in n]
+    native = write_native(job.trace, tmp_path / "trace.jsonl")
+    assert load_trace([native]).meta.layers_per_chunk == job.trace.meta.layers_per_chunk
+
+    # without the layers per chunk (and without vpp_size) the reader says what it assumed
+    meta = yaml.safe_load((tmp_path / "meta.yaml").read_text())
+    del meta["layers_per_chunk"], meta["vpp_size"]
+    (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
+    back = load_trace([tmp_path / "trace.parquet", tmp_path / "meta.yaml"])
+    assert back.meta.vpp == 3
+    assert [n for n in back.notes if "vpp_size not given: 3 model chunks" in n]
+    assert [n for n in back.notes if "split evenly over its 3 chunks" in n]
