@@ -28,6 +28,13 @@ duration as a valid op of the other direction on the same worker) joins that op'
 being a group of its own, because it waited for that op's peer (``join_batched_noops``; the
 artifact's sample traces have no no-op records, so their results are unchanged).
 
+Interleaved (VPP) jobs whose records fit Megatron's interleaved 1F1B program (``interleaved.py``)
+get more: every call waits for the whole previous call (batched calls block until every transfer,
+sends included, is done), the first call waits for the all-gathers, the tail for the last call,
+no-op slots finish with their call, and the template lists its P2P groups and batched calls
+(``rendezvous_groups`` / ``rendezvous_calls``) so that transfers are measured per pair. Other
+templates carry neither and are built exactly as before.
+
 Groups across workers: P2P pairs ``{X-send_k @ s, X-recv_k @ s+-1}`` by valid index; the embedding
 all-reduce of the first and last stage; one group per DP collective, synchronised across all DP
 ranks; the grad-norm clip across every stage, also DP-synchronised (a global barrier).
