@@ -227,40 +227,51 @@ def rendezvous_transfers(
     """
     if not which:
         return
-    pairs = [g for g in which if len({int(v) for v in groups[g]}) >= 2]
     call_of: dict[int, int] = {v: c for c, nodes in enumerate(calls) for v in nodes}
-    eff = {g: start[groups[g]].max(axis=0) for g in which}
-    g_calls: dict[int, list[int]] = {}
-    for g in pairs:
-        cs = sorted({call_of[v] for v in groups[g] if v in call_of})
-        if len(cs) == 2:
-            g_calls[g] = cs
-    end_c = [end[nodes[0]] for nodes in calls]
-    bound = {g: np.minimum(end_c[a], end_c[b]) - eff[g] for g, (a, b) in g_calls.items()}
-    witnessed = {g: np.full(bound[g].shape, -np.inf) for g in g_calls}
-    by_call: dict[int, list[int]] = {}
-    for g, cs in g_calls.items():
-        for c in cs:
-            by_call.setdefault(c, []).append(g)
-    for c, gs in by_call.items():
-        other = [g_calls[g][1] if g_calls[g][0] == c else g_calls[g][0] for g in gs]
-        cand = np.stack([end_c[o] >= end_c[c] - WITNESS_TOL for o in other])  # (k, dp, S)
-        effs = np.stack([eff[g] for g in gs])
-        pick = np.argmax(np.where(cand, effs, -np.inf), axis=0)
-        pick = np.where(cand.any(axis=0), pick, np.argmax(effs, axis=0))
-        implied = end_c[c] - np.take_along_axis(effs, pick[None], axis=0)[0]
-        for i, g in enumerate(gs):
-            witnessed[g] = np.where(pick == i, np.maximum(witnessed[g], implied), witnessed[g])
-    typical = float(np.median(np.concatenate([b.ravel() for b in bound.values()]))) if bound else 0.0
-    for g in which:
-        members = groups[g]
-        if g in g_calls:
-            tr = np.where(np.isfinite(witnessed[g]), witnessed[g], np.minimum(bound[g], typical))
-        else:
-            tr = end[members].min(axis=0) - eff[g]
-        tr = np.array(tr, dtype=np.float64)
-        tr[tr <= -clamp] = 0.0
-        orig[members] = tr[None]
+    # every member of every group, flat, for one reduceat per statistic
+    members = [groups[g] for g in which]
+    flat = np.fromiter((v for ms in members for v in ms), dtype=np.int64)
+    offsets = np.cumsum([0] + [len(ms) for ms in members[:-1]])
+    eff = np.maximum.reduceat(start[flat], offsets, axis=0)  # (n_groups, dp, S)
+    tr = np.minimum.reduceat(end[flat], offsets, axis=0) - eff  # singleton groups keep their own
+    # pairs whose members sit in two calls, and their (call, other call) incidences
+    pair_idx, side_a, side_b = [], [], []
+    for i, ms in enumerate(members):
+        cs = sorted({call_of[v] for v in ms if v in call_of})
+        if len(ms) >= 2 and len(cs) == 2:
+            pair_idx.append(i)
+            side_a.append(cs[0])
+            side_b.append(cs[1])
+    if pair_idx:
+        pi = np.asarray(pair_idx)
+        inc_call = np.concatenate([side_a, side_b])
+        inc_other = np.concatenate([side_b, side_a])
+        inc_pair = np.concatenate([pi, pi])
+        end_c = end[[nodes[0] for nodes in calls]]  # (n_calls, dp, S)
+        inc_eff = eff[inc_pair]
+        bound = np.minimum(end_c[side_a], end_c[side_b]) - eff[pi]
+        cand = end_c[inc_other] >= end_c[inc_call] - WITNESS_TOL
+        # per call, its incidences in pair order (one per P2P type: at most 4), padded with n_inc
+        n_inc = len(inc_call)
+        width = int(np.bincount(inc_call, minlength=len(calls)).max())
+        table = np.full((len(calls), width), n_inc, dtype=np.int64)
+        fill = np.zeros(len(calls), dtype=np.int64)
+        for k in np.argsort(np.concatenate([np.arange(len(pi))] * 2), kind="stable"):
+            c = int(inc_call[k])
+            table[c, fill[c]] = k
+            fill[c] += 1
+        pad = np.full((1, *eff.shape[1:]), -np.inf)
+        score = np.concatenate([np.where(cand, inc_eff, -np.inf), pad])[table]  # (n_calls, 4, dp, S)
+        plain = np.concatenate([inc_eff, pad])[table]
+        pick = np.where(np.isfinite(score).any(axis=1), score.argmax(axis=1), plain.argmax(axis=1))
+        witness = np.take_along_axis(table[:, :, None, None], pick[:, None], axis=1)[:, 0]
+        is_w = witness[inc_call] == np.arange(n_inc)[:, None, None]
+        implied = np.where(is_w, end_c[inc_call] - inc_eff, -np.inf)
+        got = np.maximum(implied[: len(pi)], implied[len(pi) :])
+        typical = float(np.median(bound))
+        tr[pi] = np.where(np.isfinite(got), got, np.minimum(bound, typical))
+    tr[tr <= -clamp] = 0.0
+    orig[flat] = tr[np.repeat(np.arange(len(members)), [len(ms) for ms in members])]
 
 
 def meta_notes(meta: JobMeta, mc: npt.NDArray[np.integer], is_compute: npt.NDArray[np.bool_]) -> list[str]:
