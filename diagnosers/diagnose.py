@@ -156,7 +156,7 @@ def diagnose(
     causes = detect_all(report, stats)
     tick(0.75, "simulating remedies")
     layers = list(layers_per_stage) if layers_per_stage is not None else trace.meta.layers_per_stage
-    remedies = remedies_for(causes, stats, report, layers_per_stage=layers)
+    remedies = remedies_for(causes, stats, report, layers_per_stage=layers, meta=trace.meta)
     similar_cases: list[SimilarIncident] = []
     if similar is not None and causes:
         tick(0.9, "searching similar incidents")

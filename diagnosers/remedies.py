@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.model import JobMeta
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import CauseId
 
@@ -274,8 +275,11 @@ def remedies_for(
     report: WhatIfReport,
     *,
     layers_per_stage: Sequence[int] | None = None,
+    meta: JobMeta | None = None,
 ) -> list[Remedy]:
-    """One remedy per matched cause that has one; skipped (not guessed) when no engine is at hand."""
+    """One remedy per matched cause that has one; skipped (not guessed) when no engine is at hand.
+    With ``meta`` of an interleaved job the stage repartition moves layers per model chunk
+    (``diagnosers.partition``)."""
     out: list[Remedy] = []
     probe = stats.probe
     for m in matches:
@@ -285,7 +289,14 @@ def remedies_for(
         if probe is None:
             continue
         if m.id is CauseId.STAGE_IMBALANCE:
-            out.append(stage_partition_remedy(m, stats, probe, layers_per_stage))
+            from diagnosers.partition import chunk_partition_remedy
+
+            chunked = (
+                chunk_partition_remedy(m, stats, probe, meta, layers_per_stage, ASSUMED_LAYERS_PER_STAGE)
+                if meta is not None
+                else None
+            )
+            out.append(chunked or stage_partition_remedy(m, stats, probe, layers_per_stage))
         elif m.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
             out.append(sequence_remedy(m, stats, probe))
         elif m.id is CauseId.GC_PAUSE:

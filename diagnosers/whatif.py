@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.graph import CLAMP_NEG, Template, build_template
+from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.report import (
     Attribution,
@@ -176,6 +177,8 @@ def build_engine(trace: Trace) -> WhatIfEngine:
         tr = end[members] - last
         tr[tr <= -CLAMP_NEG] = 0.0
         orig[members] = tr
+    if t.rendezvous_groups:  # interleaved: a P2P pair's own time, not its batched call's
+        rendezvous_transfers(t.groups, t.rendezvous_groups, t.rendezvous_calls, start, end, orig, CLAMP_NEG)
 
     launch = np.empty_like(start)
     for v in range(t.n_nodes):

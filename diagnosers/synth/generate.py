@@ -165,6 +165,14 @@ def _chunk_layers(layers: list[int], s: int, chunks: int, n: int) -> Arr:
     return out
 
 
+def _layers_per_chunk(spec: ScenarioSpec, cost: CostModel, layers: list[int]) -> list[list[float]] | None:
+    """The meta's ``layers_per_chunk`` of an interleaved job (as ``_chunk_layers`` places them)."""
+    if spec.schedule is not Schedule.INTERLEAVED:
+        return None
+    n = cost.layers_per_middle_stage
+    return [[float(x) for x in _chunk_layers(layers, s, spec.vpp, n)] for s in range(spec.pp)]
+
+
 def _sequence_factors(spec: ScenarioSpec, cost: CostModel, rng: np.random.Generator) -> Arr:
     """Per-(step, dp, microbatch) cost factor of the transformer layers from sequence lengths.
 
@@ -383,7 +391,7 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
     meta = JobMeta(
         trial_name=spec.trial_name, run_id=spec.seed, dp=spec.dp, pp=spec.pp, tp=spec.tp, cp=spec.cp,
         vpp=spec.vpp, world_size=0, gpus_per_host=spec.gpus_per_host, layers_per_stage=layers,
-        source_format="synthetic",
+        layers_per_chunk=_layers_per_chunk(spec, cost, layers), source_format="synthetic",
     )
     notes = [f"synthetic job: scenarios {','.join(spec.scenarios)}, seed {spec.seed}, "
              f"schedule {spec.schedule.value}"]
