@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CauseId(StrEnum):
@@ -66,6 +66,9 @@ class Temporal(StrEnum):
     PERSISTENT = "persistent"
     SPORADIC = "sporadic"
     GROWING = "growing"
+    # absent at the start of the traced window, then present from one step on (a host that starts
+    # throttling, a link that degrades mid-run); ``Pattern.onset_step`` names that step
+    ONSET = "onset"
 
 
 class Resource(StrEnum):
@@ -77,13 +80,28 @@ class Resource(StrEnum):
 
 
 class Pattern(BaseModel):
-    """A cause's shape in the vocabulary's terms; any field may be unknown."""
+    """A cause's shape in the vocabulary's terms; any field may be unknown.
+
+    ``onset_step`` is the first step id at which a cause with ``temporal == onset`` is present (a
+    cause that starts inside the profiling window). It stays ``None`` for the other temporal
+    patterns, and may be ``None`` for an onset whose step is unknown (an incident report that only
+    says "from some point on").
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     spatial: Spatial | None = None
     temporal: Temporal | None = None
     resource: Resource | None = None
+    onset_step: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _onset_step_needs_onset(self) -> Pattern:
+        if self.onset_step is not None and self.temporal != Temporal.ONSET:
+            shown = self.temporal.value if self.temporal else None
+            raise ValueError(f"onset_step {self.onset_step} is given but temporal is {shown!r}; "
+                             "an onset step belongs to temporal 'onset'")
+        return self
 
 
 class Location(BaseModel):
