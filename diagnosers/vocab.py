@@ -170,3 +170,36 @@ CAUSE_TO_CATEGORIES: dict[CauseId, tuple[str, ...]] = {
 DECOMPOSE_THRESHOLD = 1.03
 STRAGGLING_THRESHOLD = 1.1
 DEFAULT_GPUS_PER_HOST = 8
+
+
+class FidelityVerdict(StrEnum):
+    """How far the simulated job can be trusted for this trace (``Fidelity.verdict``)."""
+
+    GOOD = "good"
+    DEGRADED = "degraded"
+    UNRELIABLE = "unreliable"
+
+
+# Fidelity thresholds on the *unexplained* simulation error: the share of the measured step time
+# that the dependency model does not reproduce, after the launch gaps a found cause accounts for
+# (a dataloader stall's idle time is explained, not a model failure).
+# - Up to FIDELITY_GOOD_MAX (3%) the verdict is good: that is the method's own noise floor (a job
+#   with S below DECOMPOSE_THRESHOLD = 1.03 is not decomposed at all), so time the model misses
+#   below it cannot change what the analysis concludes.
+# - Above FIDELITY_UNRELIABLE_ABOVE (5%) it is unreliable: the study discards every trace whose
+#   simulation error exceeds 5% (METHOD.md A4), because the simulated job no longer stands for the
+#   real one. In between it is degraded: the findings hold, but a cause or a speedup near a
+#   threshold (S near 1.1, a share near 25%) may move by the unexplained amount.
+FIDELITY_GOOD_MAX = DECOMPOSE_THRESHOLD - 1.0
+FIDELITY_UNRELIABLE_ABOVE = 0.05
+# When the fidelity is unreliable every cause's confidence is multiplied by
+# min(UNRELIABLE_CONFIDENCE_FACTOR, 1 / (1 + unexplained error)): the evidence comes from a
+# simulated job that covers only 1 / (1 + u) of the measured step, and halving at least keeps even
+# a perfect match (0.99) below the 0.5 that reads as "more likely than not".
+UNRELIABLE_CONFIDENCE_FACTOR = 0.5
+# A drain (take a host out of the job) is proposed only for hosts that hold at most this share of
+# the job's traced ranks: draining a host that carries the whole job, or a large part of it, is a
+# restart of the job elsewhere, not the removal of one bad machine, and the evidence that one
+# machine is at fault weakens as the machine's share of the job grows. host_cluster() in the
+# detectors uses the same quarter for a fault that is local.
+DRAIN_MAX_JOB_SHARE = 0.25
