@@ -90,7 +90,7 @@ def headline_loss(report: WhatIfReport) -> HeadlineLoss:
         return HeadlineLoss(
             kind="measured",
             fraction=min(1.0, measured),
-            label="of the measured step time lost (straggling plus launch gaps and stalls)",
+            label="of the measured step time lost to straggling, launch gaps and stalls",
         )
     return HeadlineLoss(kind="straggling", fraction=min(1.0, wasted), label="of GPU time lost to straggling")
 

@@ -4,8 +4,9 @@
 overlapping causes (a slow worker on an already heavy stage) are each credited with what removing
 it alone would buy, not with the other's share:
 
-- stage imbalance: the heavy stage's compute balanced to the job-wide typical per op type and
-  model chunk, each worker's own variation kept (a slow worker there stays slow);
+- stage imbalance: the heavy stage's forwards and backwards scaled to the other stages' typical
+  weight per op type, each op's own variation kept (a slow worker there stays slow); with model
+  chunks, the detector's per-chunk balance to the job-wide typical;
 - faulty machine: each hot worker's compute scaled down to its stage peers' median (the stage's
   own weight is kept, so a slow worker on a heavy stage goes back to the heavy stage's pace);
 - sequence-length imbalance: forwards/backwards rebalanced (as the remedy, an upper bound);
@@ -54,11 +55,46 @@ def worker_at_peer_pace(stats: TraceStats, probe: Probe, cells: Sequence[tuple[i
     return d
 
 
+def stage_at_peer_weight(stats: TraceStats, probe: Probe, stage: int) -> Arr | None:
+    """Original durations with ``stage``'s forwards and backwards scaled, per op type, so that
+    the stage's typical (median) DP rank's mean equals the median over the other stages of that
+    type's mean; each op's variation
+    (a slow worker on the stage) is kept. None with model chunks (interleaved pipelines), where the
+    detector's per-chunk balance is used instead, or with fewer than two stages."""
+    from diagnosers.detectors.stats import BWD, FWD
+
+    gmc = stats.op_gmc
+    if stats.pp < 2 or ((gmc >= 0).any() and len(np.unique(gmc[gmc >= 0])) > stats.pp):
+        return None
+    d = probe.original.copy()
+    for code in (FWD, BWD):
+        of_type = stats.optype == code
+        on = of_type & (stats.op_pp == stage)
+        if not on.any():
+            continue
+        means = [float(d[of_type & (stats.op_pp == p)].mean()) for p in range(stats.pp)
+                 if p != stage and (of_type & (stats.op_pp == p)).any()]
+        # the stage's typical DP rank, so a slow worker on it does not set the stage's weight
+        here = float(np.median([d[on & (stats.op_dp == r)].mean() for r in range(stats.dp)
+                                if (on & (stats.op_dp == r)).any()]))
+        if means and here > 0:
+            factor = float(np.median(means)) / here
+            if factor < 1.0:
+                d[on] *= factor
+    return d
+
+
 def _fixed_durations(match: CauseMatch, stats: TraceStats, probe: Probe) -> tuple[Arr, str] | None:
     if match.id is CauseId.STAGE_IMBALANCE and isinstance(match.evidence.get("stage"), int):
         from diagnosers.detectors.stage_imbalance import balanced_stage_durations
 
         stage = int(match.evidence["stage"])  # type: ignore[arg-type]
+        peer = stage_at_peer_weight(stats, probe, stage)
+        if peer is not None:
+            return peer, (
+                f"stage {stage}'s forwards and backwards scaled to the other stages' typical weight, "
+                "every other op as measured"
+            )
         return balanced_stage_durations(stats, stage), (
             f"stage {stage}'s compute balanced to the job-wide typical, every other op as measured"
         )
