@@ -3,7 +3,7 @@
 A :class:`ScenarioSpec` says what job to build (parallel sizes, schedule, microbatches, steps) and
 which causes to inject; :class:`Labels` is what was injected, in the shared ``Location`` vocabulary,
 so scoring a diagnosis against it is a direct comparison. ``labels.json`` is
-``Labels.model_dump(mode="json")``: ``{"causes": [{"id", "magnitude", "location"}],
+``Labels.model_dump(mode="json")``: ``{"causes": [{"id", "magnitude", "location", "true_marginal"}],
 "expected_straggling"}``.
 """
 
