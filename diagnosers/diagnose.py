@@ -128,9 +128,9 @@ def summarize(
     head = ""
     if fid.verdict is FidelityVerdict.UNRELIABLE:
         head = (
-            f"UNRELIABLE: the simulation misses {fid.unexplained_error * 100:.0f}% of the measured step "
-            f"time (more than the study's 5% limit), so what follows is a hint, not a diagnosis; "
-            f"confidences are lowered and nothing destructive is recommended. "
+            f"UNRELIABLE: the measured step time is {fid.unexplained_error * 100:.0f}% off what the "
+            f"simulation explains (more than the study's 5% limit), so what follows is a hint, not a "
+            f"diagnosis; confidences are lowered and nothing destructive is recommended. "
         )
     tail = ""
     if fid.verdict is FidelityVerdict.DEGRADED:

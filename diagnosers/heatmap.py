@@ -156,7 +156,7 @@ def fidelity_prefix(report: WhatIfReport) -> str:
     f = report.fidelity
     if f.verdict != "unreliable":
         return ""
-    return f"UNRELIABLE (simulation misses {f.unexplained_error * 100:.0f}% of the step): "
+    return f"UNRELIABLE (step time {f.unexplained_error * 100:.0f}% off the simulation): "
 
 
 def job_heatmap(

@@ -18,10 +18,10 @@ from diagnosers.vocab import FIDELITY_GOOD_MAX, FIDELITY_UNRELIABLE_ABOVE, Fidel
 class Fidelity(BaseModel):
     """How well the simulated job stands for the measured one, and so how far to trust the rest.
 
-    ``unexplained_error`` is the share of the measured step time the dependency model does not
-    reproduce (``simulation_error``) minus the part a found cause accounts for
-    (``explained_error``, e.g. a dataloader stall's idle time before the first forward), as a
-    magnitude (a simulation that overshoots counts too). The verdict compares it with
+    ``unexplained_error`` is the measured step time's excess over the simulated one, relative to
+    the simulated one as in the study (``simulation_error = launch_slowdown - 1``), minus the part
+    a found cause accounts for (``explained_error``, e.g. a dataloader stall's idle time before the
+    first forward), as a magnitude (a simulation that overshoots counts too). The verdict compares it with
     ``vocab.FIDELITY_GOOD_MAX`` (3%) and ``vocab.FIDELITY_UNRELIABLE_ABOVE`` (the study's 5%).
     """
 
@@ -58,7 +58,7 @@ def assess_fidelity(
             f"{', '.join(by)}; {pct} is unexplained"
         )
     else:
-        source = f"the simulated job {'misses' if err >= 0 else 'overshoots'} {pct} of the measured step time"
+        source = f"the measured step time is {pct} {'above' if err >= 0 else 'below'} the simulated one"
     if unexplained > FIDELITY_UNRELIABLE_ABOVE:
         verdict = FidelityVerdict.UNRELIABLE
         reason = (

@@ -180,9 +180,9 @@ class FidelityVerdict(StrEnum):
     UNRELIABLE = "unreliable"
 
 
-# Fidelity thresholds on the *unexplained* simulation error: the share of the measured step time
-# that the dependency model does not reproduce, after the launch gaps a found cause accounts for
-# (a dataloader stall's idle time is explained, not a model failure).
+# Fidelity thresholds on the *unexplained* simulation error: the measured step time's excess over
+# the simulated one (relative to the simulated one, as the study's error), after the launch gaps a
+# found cause accounts for (a dataloader stall's idle time is explained, not a model failure).
 # - Up to FIDELITY_GOOD_MAX (3%) the verdict is good: that is the method's own noise floor (a job
 #   with S below DECOMPOSE_THRESHOLD = 1.03 is not decomposed at all), so time the model misses
 #   below it cannot change what the analysis concludes.
