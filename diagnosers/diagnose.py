@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnosers.detectors.base import CauseMatch, TraceStats
 from diagnosers.heatmap import Heatmap, job_heatmap
@@ -76,6 +76,15 @@ class Diagnosis(BaseModel):
     heatmap: Heatmap | None = Field(None, description="the job's per-worker slowdown heatmap")
     notes: list[str] = Field(default_factory=list)
     report: WhatIfReport
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fidelity_of_old_documents(cls, data: Any) -> Any:
+        # A diagnosis stored before fidelity existed: judge it from its report's simulation error.
+        if isinstance(data, dict) and "fidelity" not in data and isinstance(data.get("report"), dict):
+            report = WhatIfReport.model_validate(data["report"])
+            data = {**data, "fidelity": report.fidelity, "report": report}
+        return data
 
     def signatures(self) -> list[CauseSignature]:
         """The matched causes in the vocabulary's terms, best first (for similar-incident search)."""

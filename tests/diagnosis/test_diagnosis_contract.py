@@ -128,3 +128,19 @@ def test_larger_true_marginal_cause_is_ranked_first() -> None:
         if d.causes:
             assert d.causes[0].id.value in d.summary.split("Largest gain:")[1].split(".")[0]
     assert hits / n >= 0.95, f"{hits}/{n}"
+
+
+def test_stored_diagnosis_without_new_fields_still_loads() -> None:
+    d = diagnose(generate(ScenarioSpec(dp=2, pp=2, steps=3, scenarios=["faulty-machine"], seed=1)).trace)
+    doc = json.loads(d.model_dump_json())
+    for key in ("fidelity", "headline_loss"):
+        doc.pop(key)
+    doc["report"].pop("fidelity")
+    for c in doc["causes"]:
+        c.pop("marginal_gain")
+        c.pop("marginal_basis")
+    for r in doc["remedies"]:
+        r.pop("destructive")
+    back = Diagnosis.model_validate(doc)
+    assert back.fidelity == assess_fidelity(d.report.simulation_error)
+    assert [c.id for c in back.causes] == [c.id for c in d.causes]
