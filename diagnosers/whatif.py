@@ -38,11 +38,15 @@ from diagnosers.report import (
     StepTimes,
     WhatIfReport,
     WorkerSlowdown,
+    assess_fidelity,
+    measured_loss,
 )
 from diagnosers.simulate import Array, mixed_source, simulate
 
-STRAGGLING_THRESHOLD = 1.1  # S at or above this: a straggling job ([S] in METHOD.md A5)
-DECOMPOSE_THRESHOLD = 1.03  # the artifact's --decompose-thres: below it attributions are left empty
+# The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
+# artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, STRAGGLING_THRESHOLD
+
 MW_PERCENT = 3  # M_W fixes the slowest ceil(3% x workers) workers
 SIM_CHECK_RTOL = 1e-3  # re-simulating with launch delays should reproduce actual step times
 
@@ -534,8 +538,11 @@ def analyze(
             "attributions empty; they are computed anyway"
         )
     wasted = max(0.0, 1.0 - 1.0 / slowdown)
+    actual_by_step = {str(s): float(x) for s, x in zip(steps, actual, strict=True)}
+    ideal_by_step = {str(s): t_id for s in steps}
     tick(1.0, "done")
     return WhatIfReport(
+        fidelity=assess_fidelity(launch_slowdown - 1.0),
         slowdown=slowdown,
         straggling=slowdown >= STRAGGLING_THRESHOLD,
         decomposed=decomposed,
@@ -560,10 +567,11 @@ def analyze(
         m_s_by_stage={k: v.value for k, v in m_s_by_stage.items()},
         fix_ratios=FixRatios(m_w=m_w, m_s=m_s, by_stage=m_s_by_stage),
         wasted_fraction=wasted,
+        measured_loss_fraction=measured_loss(actual_by_step, ideal_by_step),
         step_times=StepTimes(
-            actual={str(s): float(x) for s, x in zip(steps, actual, strict=True)},
+            actual=actual_by_step,
             no_delay={str(s): float(x) for s, x in zip(steps, t_nd, strict=True)},
-            ideal={str(s): t_id for s in steps},
+            ideal=ideal_by_step,
         ),
         job=trace.meta,
         n_ops=len(trace.ops),
