@@ -1,0 +1,713 @@
+"""Timelines of the actual and the straggler-free run: critical paths, where the time goes, and a
+Chrome trace-event export (docs/WHATIF.md, "Timelines").
+
+Two runs of the same job over the same template graph (``diagnosers.graph``):
+
+- **actual**: the recorded op times. Its critical path is taken on the *replay* of the recording
+  (recorded durations and transfer times plus the measured launch delays, simulated), which
+  reproduces the recorded start and end of every op except where the engine clamped a measurement
+  (a transfer or launch delay at or below -10 ms), so its segments tile the step exactly;
+- **straggler-free**: every op at its type's typical duration, launch delays 0 (the engine's ideal
+  run; the same for every DP rank and step).
+
+Everything here is a separate pass over the simulator's kept start and end times
+(``simulate(..., keep=True)``); the simulator's hot path is not touched, and nothing is computed
+unless asked for (``analyze``'s report does not include it).
+
+Critical path of a step: start at the op that ends last (over every worker), then walk back: a local
+op's start is set by the dependency that ended last (the argmax predecessor) plus its launch delay;
+a communication group starts when its last member started (over every DP rank when the group is
+DP-synchronised), so the walk crosses to that member (a *group entry*, time 0) and continues from it.
+The segments — op time, transfer time after the group started, launch gaps — tile ``[0, step end]``,
+so the path's length is the run's step time and each op's share is its segment over that length.
+
+Where the time goes, per worker and step, over ``[step start, the worker's last op end]``: each
+instant is *compute* if a compute op runs, else *exposed communication* if a communication op is
+transferring (after its group started), else *waiting on peers* if a communication op waits for its
+group's last member to start, else a *launch gap* (no op runs: the next op's dependencies have all
+ended, so the time is CPU-side; dependencies never cross workers, only groups do). Waiting is split
+into *bubble* — the waiting the same worker has in the straggler-free run, the pipeline's own
+structure — and *straggler wait*, the excess: ``bubble = min(wait, wait_straggler_free)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, Field
+
+from diagnosers.graph import EPS_MATCH, Template
+from diagnosers.model import OPTYPE_KIND, OPTYPES, OpKind, TraceError
+from diagnosers.simulate import Array, simulate
+from diagnosers.whatif import WhatIfEngine
+
+RunName = Literal["actual", "straggler-free"]
+SegmentKind = Literal["compute", "communication", "launch-gap", "group-entry"]
+
+MAX_TIMELINE_STEPS = 16  # steps per Chrome export: the file holds about 2 x ops-per-step x steps events
+MIN_GAP = 1e-6  # s; shorter launch gaps on a critical path are folded into the op after them
+STEP_SPACING = 1.05  # chosen steps are laid out one after another, 5% of the longer run apart
+US = 1e6  # trace-event timestamps are microseconds
+ACTUAL_TID, SIMULATED_TID = 1, 2
+
+_IS_COMPUTE = np.array([OPTYPE_KIND[o] is OpKind.COMPUTE for o in OPTYPES])
+
+
+# ----------------------------------------------------------------------------------------------
+# result models
+
+
+class PathSegment(BaseModel):
+    """One op on a critical path and the time it holds the path (seconds from the step start)."""
+
+    op: str = Field(description="template op identity optype_seq_stage")
+    optype: str
+    dp_rank: int
+    pp_rank: int
+    rank: int
+    kind: SegmentKind = Field(
+        description="compute: the op's run; communication: transfer after its group started; "
+        "launch-gap: the gap before the op started; group-entry: the member its group waited for (0 s)"
+    )
+    start: float
+    end: float
+    time: float
+    share: float = Field(description="time / path length")
+
+
+class CriticalPath(BaseModel):
+    """The cross-rank chain of ops that sets one step's time in one run, first op first."""
+
+    step: int
+    run: RunName
+    length: float = Field(description="the run's step time (s); the segments sum to it")
+    segments: list[PathSegment]
+    share_by_optype: dict[str, float] = Field(description="path share per op type (launch gaps apart)")
+    share_by_kind: dict[str, float]
+
+
+class WorkerTime(BaseModel):
+    """Where one worker's time goes in one step of the actual run (seconds; the parts sum to
+    ``step_time``, from the step start to the worker's last op end)."""
+
+    dp_rank: int
+    pp_rank: int
+    rank: int
+    host: int
+    step: int
+    step_time: float
+    compute: float
+    exposed_comm: float
+    waiting_on_peers: float
+    bubble: float
+    straggler_wait: float
+    launch_gaps: float
+
+
+class StageTime(BaseModel):
+    """The same split for one stage in the straggler-free run (identical for every DP rank, step)."""
+
+    pp_rank: int
+    step_time: float
+    compute: float
+    exposed_comm: float
+    waiting_on_peers: float
+
+
+class TimelineAnalysis(BaseModel):
+    """Critical paths and the time breakdown for some steps (computed on demand)."""
+
+    steps: list[int]
+    worst_step: int
+    typical_step: int
+    actual_step_time: dict[str, float]
+    straggler_free_step_time: float
+    critical_paths: list[CriticalPath]
+    breakdown: list[WorkerTime]
+    straggler_free_breakdown: list[StageTime]
+
+
+# ----------------------------------------------------------------------------------------------
+# the two runs
+
+
+@dataclass
+class RunTimes:
+    """Per-cell times of one run, each ``(n_nodes, D, S)`` (axes may be 1 and broadcast).
+
+    ``group_start`` is when the op's group started (its own start for a local op).
+    ``program_order``: walk critical paths through the same worker's previous op across long
+    launch gaps (see :func:`path_cells`).
+    """
+
+    start: Array
+    end: Array
+    group_start: Array
+    launch: Array
+    program_order: bool = False
+
+
+def group_starts(t: Template, start: Array) -> Array:
+    """Per cell: the start of the op's group — the latest start among its members (over every DP
+    rank for DP-synchronised groups); a local op's own start."""
+    out = np.array(start, dtype=np.float64, copy=True)
+    for g, members in enumerate(t.groups):
+        last = start[members].max(axis=0)
+        if t.group_dp_sync[g]:
+            last = last.max(axis=0, keepdims=True)
+        out[members] = np.broadcast_to(last, out[members].shape)
+    return out
+
+
+def replay_run(eng: WhatIfEngine) -> RunTimes:
+    """The recording replayed: original durations plus measured launch delays, simulated."""
+    shape = (1, *eng.shape)
+    res = simulate(
+        eng.template,
+        lambda v: eng.orig_dense[v][None],
+        shape,
+        launch=lambda v: eng.launch_dense[v][None],
+        keep=True,
+    )
+    assert res.start is not None and res.end is not None
+    start, end = res.start[:, 0], res.end[:, 0]
+    return RunTimes(start, end, group_starts(eng.template, start), eng.launch_dense, program_order=True)
+
+
+def straggler_free_run(eng: WhatIfEngine) -> RunTimes:
+    """Every op at its type's typical duration, no launch delay (one DP rank and step, broadcast)."""
+    res = simulate(eng.template, lambda v: eng.ideal_node[v], (1, 1, 1), keep=True)
+    assert res.start is not None and res.end is not None
+    start, end = res.start[:, 0], res.end[:, 0]
+    return RunTimes(start, end, group_starts(eng.template, start), np.zeros_like(start))
+
+
+def recorded_run(eng: WhatIfEngine) -> RunTimes:
+    """The recorded start and end of every op (relative to its step's first start)."""
+    t = eng.template
+    start = eng.start_dense
+    end = start + t.dense(eng.trace.ops.duration)
+    return RunTimes(start, end, group_starts(t, start), eng.launch_dense)
+
+
+# ----------------------------------------------------------------------------------------------
+# critical path
+
+
+@dataclass
+class _Labels:
+    """Per-worker global ranks and hosts, and the template's op names."""
+
+    ranks: npt.NDArray[np.int64]  # (dp, pp)
+    gpus_per_host: int
+
+    @classmethod
+    def of(cls, eng: WhatIfEngine) -> _Labels:
+        ops = eng.trace.ops
+        ranks = np.full((eng.template.dp, eng.template.pp), -1, dtype=np.int64)
+        ranks[ops.dp_rank, ops.stage] = ops.rank
+        return cls(ranks, eng.trace.meta.gpus_per_host)
+
+    def rank(self, d: int, s: int) -> int:
+        return int(self.ranks[d, s])
+
+    def host(self, d: int, s: int) -> int:
+        r = self.rank(d, s)
+        return r // self.gpus_per_host if r >= 0 else -1
+
+
+def path_cells(
+    t: Template, start: Array, end: Array, launch: Array, *, same_worker: bool = False
+) -> list[tuple[int, int, SegmentKind, float, float]]:
+    """The critical path of one step as ``(node, dp, kind, seg_start, seg_end)``, first op first.
+
+    ``start``, ``end``, ``launch`` are ``(n_nodes, D)`` for that step (D = 1 broadcasts). Ties go to
+    the lowest node, then the lowest DP rank (numpy's argmax). Pure argmax-predecessor walk unless
+    ``same_worker``: then a launch gap longer than ``MIN_GAP`` during which the same worker ran
+    another op is walked through the op that ended last before the start (the recorded program
+    order the graph does not hold, e.g. a receive posted only after the previous backward).
+    """
+    n, d_all = np.broadcast_shapes(start.shape, end.shape, launch.shape)
+    start = np.broadcast_to(start, (n, d_all))
+    end = np.broadcast_to(end, (n, d_all))
+    launch = np.broadcast_to(launch, (n, d_all))
+    v, d = (int(x) for x in np.unravel_index(int(np.argmax(end)), end.shape))
+    out: list[tuple[int, int, SegmentKind, float, float]] = []
+    seen = {(v, d)}
+    by_stage = [np.flatnonzero(t.stage == s) for s in range(t.pp)] if same_worker else []
+    while True:
+        g = int(t.group[v])
+        kind: SegmentKind = "compute" if _IS_COMPUTE[int(t.optype[v])] else "communication"
+        if g < 0:
+            out.append((v, d, kind, float(start[v, d]), float(end[v, d])))
+        else:
+            members = t.groups[g]
+            cols = list(range(d_all)) if t.group_dp_sync[g] else [d]
+            sub = start[np.ix_(members, cols)]
+            i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+            eff = float(sub[i, j])
+            out.append((v, d, "communication", eff, float(end[v, d])))
+            m, dm = members[int(i)], cols[int(j)]
+            if (m, dm) != (v, d):
+                out.append((m, dm, "group-entry", eff, eff))
+            v, d = m, dm
+            seen.add((v, d))
+        deps = t.deps[v]
+        s_v = float(start[v, d])
+        if not deps:
+            if s_v > MIN_GAP:
+                out.append((v, d, "launch-gap", 0.0, s_v))
+            break
+        ends = end[deps, d]
+        u = deps[int(np.argmax(ends))]
+        e_u = float(end[u, d])
+        if same_worker and s_v - e_u > MIN_GAP:
+            w = by_stage[int(t.stage[v])]
+            we = end[w, d]
+            ok = (we > e_u) & (we <= s_v + EPS_MATCH)  # recorded ends may trail by clock noise
+            if ok.any():
+                x = int(w[int(np.argmax(np.where(ok, we, -np.inf)))])
+                if (x, d) not in seen:
+                    u, e_u = x, float(end[x, d])
+        if s_v - e_u > MIN_GAP:
+            out.append((v, d, "launch-gap", e_u, s_v))
+        seen.add((u, d))
+        v = u
+    out.reverse()
+    # chain the segments so that they tile [0, step end]: a slightly negative launch delay (kept by
+    # the engine above -10 ms) makes an op start before its predecessor ended; the overlap is
+    # taken from the later op
+    cur = 0.0
+    tiled: list[tuple[int, int, SegmentKind, float, float]] = []
+    for v, d, kind, _lo, hi in out:
+        hi = max(hi, cur)
+        tiled.append((v, d, kind, cur, hi))
+        cur = hi
+    return tiled
+
+
+def critical_path(
+    eng: WhatIfEngine, run: RunTimes, step_index: int, name: RunName, labels: _Labels | None = None
+) -> CriticalPath:
+    """The critical path of one step (index into ``eng.steps``) of a run, with shares."""
+    t = eng.template
+    lab = labels or _Labels.of(eng)
+
+    def col(a: Array) -> Array:
+        return a[:, :, step_index] if a.shape[2] > 1 else a[:, :, 0]
+
+    cells = path_cells(t, col(run.start), col(run.end), col(run.launch), same_worker=run.program_order)
+    length = max(c[4] for c in cells) if cells else 0.0
+    segs: list[PathSegment] = []
+    by_type: dict[str, float] = {}
+    by_kind: dict[str, float] = {}
+    for v, d, kind, lo, hi in cells:
+        s = int(t.stage[v])
+        share = (hi - lo) / length if length > 0 else 0.0
+        opt = OPTYPES[int(t.optype[v])]
+        segs.append(
+            PathSegment(
+                op=t.name(v),
+                optype=opt,
+                dp_rank=d,
+                pp_rank=s,
+                rank=lab.rank(d, s),
+                kind=kind,
+                start=lo,
+                end=hi,
+                time=hi - lo,
+                share=share,
+            )
+        )
+        by_kind[kind] = by_kind.get(kind, 0.0) + share
+        if kind in ("compute", "communication"):
+            by_type[opt] = by_type.get(opt, 0.0) + share
+    return CriticalPath(
+        step=eng.steps[step_index],
+        run=name,
+        length=length,
+        segments=segs,
+        share_by_optype=dict(sorted(by_type.items(), key=lambda kv: -kv[1])),
+        share_by_kind=dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# where the time goes
+
+# categories in priority order: an instant counts as the highest one active
+GAP, WAIT, TRANSFER, COMPUTE = 0, 1, 2, 3
+N_CATEGORIES = 4
+
+
+def time_breakdown(t: Template, run: RunTimes) -> Array:
+    """Seconds per category ``(4, pp, D, S)`` — launch gap, waiting on peers, exposed
+    communication, compute (the module docstring's rules) — plus nothing else: the four sum to each
+    worker's last op end. One vectorised sweep over every worker and step at once."""
+    n, d_all, s_all = np.broadcast_shapes(run.start.shape, run.end.shape, run.group_start.shape)
+    shape = (n, d_all, s_all)
+    start = np.broadcast_to(run.start, shape)
+    end = np.broadcast_to(run.end, shape)
+    eff = np.clip(np.broadcast_to(run.group_start, shape), start, end)
+    stage = np.broadcast_to(t.stage[:, None, None], shape)
+    key = (stage * d_all + np.arange(d_all)[None, :, None]) * s_all + np.arange(s_all)[None, None, :]
+    comp = np.broadcast_to(_IS_COMPUTE[t.optype][:, None, None], shape)
+    n_keys = t.pp * d_all * s_all
+    worker_end = np.full(n_keys, 0.0)
+    np.maximum.at(worker_end, key.ravel(), end.ravel())
+
+    los, his, cats, keys = [], [], [], []
+
+    def add(lo: Array, hi: Array, k: npt.NDArray[np.int64], cat: int) -> None:
+        keep = hi > lo
+        los.append(lo[keep])
+        his.append(hi[keep])
+        keys.append(k[keep])
+        cats.append(np.full(int(keep.sum()), cat, dtype=np.int64))
+
+    add(start[comp], end[comp], key[comp], COMPUTE)
+    add(start[~comp], eff[~comp], key[~comp], WAIT)
+    add(eff[~comp], end[~comp], key[~comp], TRANSFER)
+    add(np.zeros(n_keys), worker_end, np.arange(n_keys), GAP)
+    lo, hi, cat, k = (np.concatenate(x) for x in (los, his, cats, keys))
+
+    # events: +1 at an interval's start, -1 at its end; sort by (worker-step, time)
+    ev_t = np.concatenate([lo, hi])
+    ev_k = np.concatenate([k, k])
+    ev_c = np.concatenate([cat, cat])
+    ev_d = np.concatenate([np.ones(len(lo), dtype=np.int64), -np.ones(len(lo), dtype=np.int64)])
+    order = np.lexsort((ev_t, ev_k))
+    ev_t, ev_k, ev_c, ev_d = ev_t[order], ev_k[order], ev_c[order], ev_d[order]
+    onehot = np.zeros((len(ev_t), N_CATEGORIES), dtype=np.int64)
+    onehot[np.arange(len(ev_t)), ev_c] = ev_d
+    active = np.cumsum(onehot, axis=0) > 0  # after each event; every key's events net to zero
+    # highest active category per elementary segment [ev_t[i], ev_t[i+1]) within one key
+    top = N_CATEGORIES - 1 - np.argmax(active[:, ::-1], axis=1)
+    same = ev_k[:-1] == ev_k[1:]
+    seg = np.where(same, ev_t[1:] - ev_t[:-1], 0.0)
+    out = np.zeros((N_CATEGORIES, n_keys))
+    np.add.at(out, (top[:-1], ev_k[:-1]), seg)
+    return out.reshape(N_CATEGORIES, t.pp, d_all, s_all)
+
+
+# ----------------------------------------------------------------------------------------------
+# step choice and the analysis
+
+
+def choose_steps(eng: WhatIfEngine) -> tuple[int, int]:
+    """(worst, typical) step ids: the slowest actual step, and the step whose actual time is
+    closest to the median of the other steps (the worst one itself with a single step)."""
+    times = eng.actual_step_times
+    worst = int(np.argmax(times))
+    others = [i for i in range(len(times)) if i != worst]
+    if not others:
+        return eng.steps[worst], eng.steps[worst]
+    med = float(np.median(times[others]))
+    typical = min(others, key=lambda i: (abs(float(times[i]) - med), i))
+    return eng.steps[worst], eng.steps[typical]
+
+
+def step_indices(eng: WhatIfEngine, steps: Sequence[int] | None) -> list[int]:
+    """Indices into ``eng.steps`` of the requested step ids (default: worst and typical); raises
+    ``TraceError`` naming a step id the trace does not hold."""
+    if steps is None:
+        worst, typical = choose_steps(eng)
+        steps = [worst] if worst == typical else [worst, typical]
+    where = {s: i for i, s in enumerate(eng.steps)}
+    out: list[int] = []
+    for s in steps:
+        if int(s) not in where:
+            raise TraceError(
+                f"step {s} is not in the trace (it holds steps {eng.steps[0]}..{eng.steps[-1]}, "
+                f"{len(eng.steps)} of them)",
+                step=int(s),
+            )
+        if where[int(s)] not in out:
+            out.append(where[int(s)])
+    return out
+
+
+def analyze_timeline(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> TimelineAnalysis:
+    """Critical paths (actual and straggler-free) and the time breakdown for ``steps`` (default:
+    every traced step)."""
+    t = eng.template
+    idx = step_indices(eng, steps if steps is not None else eng.steps)
+    lab = _Labels.of(eng)
+    replay, ideal, recorded = replay_run(eng), straggler_free_run(eng), recorded_run(eng)
+    paths: list[CriticalPath] = []
+    for i in idx:
+        paths.append(critical_path(eng, replay, i, "actual", lab))
+        paths.append(critical_path(eng, ideal, i, "straggler-free", lab))
+    actual_b = time_breakdown(t, recorded)
+    ideal_b = time_breakdown(t, ideal)  # (4, pp, 1, 1)
+    rows: list[WorkerTime] = []
+    for i in idx:
+        for s in range(t.pp):
+            for d in range(t.dp):
+                gap, wait, transfer, compute = (float(x) for x in actual_b[:, s, d, i])
+                bubble = min(wait, float(ideal_b[WAIT, s, 0, 0]))
+                rows.append(
+                    WorkerTime(
+                        dp_rank=d,
+                        pp_rank=s,
+                        rank=lab.rank(d, s),
+                        host=lab.host(d, s),
+                        step=eng.steps[i],
+                        step_time=gap + wait + transfer + compute,
+                        compute=compute,
+                        exposed_comm=transfer,
+                        waiting_on_peers=wait,
+                        bubble=bubble,
+                        straggler_wait=wait - bubble,
+                        launch_gaps=gap,
+                    )
+                )
+    stage_rows = [
+        StageTime(
+            pp_rank=s,
+            step_time=float(ideal_b[:, s, 0, 0].sum()),
+            compute=float(ideal_b[COMPUTE, s, 0, 0]),
+            exposed_comm=float(ideal_b[TRANSFER, s, 0, 0]),
+            waiting_on_peers=float(ideal_b[WAIT, s, 0, 0]),
+        )
+        for s in range(t.pp)
+    ]
+    worst, typical = choose_steps(eng)
+    return TimelineAnalysis(
+        steps=[eng.steps[i] for i in idx],
+        worst_step=worst,
+        typical_step=typical,
+        actual_step_time={str(eng.steps[i]): float(eng.actual_step_times[i]) for i in idx},
+        straggler_free_step_time=float(eng.ideal_step_time),
+        critical_paths=paths,
+        breakdown=rows,
+        straggler_free_breakdown=stage_rows,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Chrome trace-event export
+
+
+def _us(x: float) -> float:
+    return round(x * US, 3)
+
+
+def chrome_trace(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> dict[str, Any]:
+    """A Chrome trace-event JSON document (Perfetto, ``chrome://tracing``) of ``steps`` (default:
+    the worst and a typical step; at most ``MAX_TIMELINE_STEPS``).
+
+    One process per worker, named ``dp D · pp P · rank R · host H``; thread 1 holds the recorded
+    ops, thread 2 the simulated straggler-free ops. The chosen steps are laid out one after another
+    and both runs of a step start at the same instant. Critical-path ops carry the category
+    ``critical-path`` and ``args.critical``/``args.critical_share``. Flow events on thread 2 link,
+    for every group instance (a P2P pair, a collective on one DP rank or across all of them), the
+    member the group waited for (the last to start) to each other member. Size: 2 slices per op of
+    the chosen steps, at most one flow (two events) per op, plus 3 metadata events per worker.
+    """
+    t = eng.template
+    idx = step_indices(eng, steps)
+    if len(idx) > MAX_TIMELINE_STEPS:
+        raise TraceError(f"{len(idx)} steps asked for; a timeline holds at most {MAX_TIMELINE_STEPS} steps")
+    lab = _Labels.of(eng)
+    replay, ideal, recorded = replay_run(eng), straggler_free_run(eng), recorded_run(eng)
+    rows = t.dense(np.arange(len(eng.trace.ops), dtype=np.float64), fill=-1).astype(np.int64)
+    mb = eng.trace.ops.mb_id
+    dp, pp = t.dp, t.pp
+
+    def pid(d: int, s: int) -> int:
+        return s * dp + d + 1
+
+    events: list[dict[str, Any]] = []
+    for s in range(pp):
+        for d in range(dp):
+            p = pid(d, s)
+            name = f"dp {d} · pp {s} · rank {lab.rank(d, s)} · host {lab.host(d, s)}"
+            events.append({"ph": "M", "pid": p, "name": "process_name", "args": {"name": name}})
+            events.append({"ph": "M", "pid": p, "name": "process_sort_index", "args": {"sort_index": p}})
+            for tid, tname in ((ACTUAL_TID, "actual"), (SIMULATED_TID, "straggler-free (simulated)")):
+                events.append(
+                    {"ph": "M", "pid": p, "tid": tid, "name": "thread_name", "args": {"name": tname}}
+                )
+    ideal_t = float(eng.ideal_step_time)
+    offset = 0.0
+    flow_id = 0
+    laid_out: list[dict[str, Any]] = []
+    worst, typical = choose_steps(eng)
+    for i in idx:
+        step = eng.steps[i]
+        on_path = {
+            name: {(v, d): seg_share for v, d, seg_share in _path_shares(t, run, i)}
+            for name, run in (("actual", replay), ("straggler-free", ideal))
+        }
+        for v in range(t.n_nodes):
+            s = int(t.stage[v])
+            opt = OPTYPES[int(t.optype[v])]
+            kind = "compute" if _IS_COMPUTE[int(t.optype[v])] else "communication"
+            g = int(t.group[v])
+            for d in range(dp):
+                row = int(rows[v, d, i])
+                base_args: dict[str, Any] = {
+                    "step": step,
+                    "op": t.name(v),
+                    "dp_rank": d,
+                    "pp_rank": s,
+                    "rank": lab.rank(d, s),
+                    "seq_id": int(t.seq[v]),
+                    "mb_id": int(mb[row]) if row >= 0 else -1,
+                    "group": g,
+                }
+                for tid, name, run in (
+                    (ACTUAL_TID, "actual", recorded),
+                    (SIMULATED_TID, "straggler-free", ideal),
+                ):
+                    st, en, gs = (float(_cell(a, v, d, i)) for a in (run.start, run.end, run.group_start))
+                    share = on_path[name].get((v, d))
+                    ts = _us(offset + st)
+                    args = {
+                        **base_args,
+                        "start_s": st,
+                        "duration_s": en - st,
+                        "wait_s": max(0.0, min(gs, en) - st) if g >= 0 else 0.0,
+                        "launch_delay_s": float(_cell(run.launch, v, d, i)),
+                        "critical": share is not None,
+                    }
+                    if share is not None:
+                        args["critical_share"] = share
+                    events.append(
+                        {
+                            "ph": "X",
+                            "pid": pid(d, s),
+                            "tid": tid,
+                            "name": opt,
+                            "cat": kind + (",critical-path" if share is not None else ""),
+                            "ts": ts,
+                            "dur": max(0.0, round(_us(offset + en) - ts, 3)),
+                            "args": args,
+                        }
+                    )
+        flow_id = _flows(t, ideal, i, offset, pid, events, flow_id, step)
+        span = max(float(eng.actual_step_times[i]), ideal_t)
+        laid_out.append(
+            {
+                "step": step,
+                "offset_us": _us(offset),
+                "actual_step_time_s": float(eng.actual_step_times[i]),
+                "straggler_free_step_time_s": ideal_t,
+                "role": "worst" if step == worst else ("typical" if step == typical else "chosen"),
+            }
+        )
+        offset += span * STEP_SPACING
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "straggler-lens timeline",
+            "job": eng.trace.meta.trial_name,
+            "steps": laid_out,
+            "threads": {
+                str(ACTUAL_TID): "actual (recorded)",
+                str(SIMULATED_TID): "straggler-free (simulated)",
+            },
+        },
+    }
+
+
+def _cell(a: Array, v: int, d: int, i: int) -> float:
+    return float(a[v, d if a.shape[1] > 1 else 0, i if a.shape[2] > 1 else 0])
+
+
+def _path_shares(t: Template, run: RunTimes, i: int) -> list[tuple[int, int, float]]:
+    """(node, dp, share) of the ops on the critical path of step index ``i`` (launch gaps folded
+    into nothing: a late-launched op is on the path through its own segment)."""
+
+    def col(a: Array) -> Array:
+        return a[:, :, i] if a.shape[2] > 1 else a[:, :, 0]
+
+    cells = path_cells(t, col(run.start), col(run.end), col(run.launch), same_worker=run.program_order)
+    length = max(c[4] for c in cells) if cells else 0.0
+    shares: dict[tuple[int, int], float] = {}
+    for v, d, kind, lo, hi in cells:
+        if kind == "launch-gap":
+            continue
+        shares[(v, d)] = shares.get((v, d), 0.0) + ((hi - lo) / length if length > 0 else 0.0)
+    return [(v, d, x) for (v, d), x in shares.items()]
+
+
+def group_instances(t: Template, g: int) -> list[list[tuple[int, int]]]:
+    """The (node, dp) cells that finish together for group ``g`` in one step: one instance per DP
+    rank, or one across every DP rank when the group is DP-synchronised."""
+    members = t.groups[g]
+    if t.group_dp_sync[g]:
+        return [[(m, d) for m in members for d in range(t.dp)]]
+    return [[(m, d) for m in members] for d in range(t.dp)]
+
+
+def _flows(
+    t: Template,
+    run: RunTimes,
+    i: int,
+    offset: float,
+    pid: Any,
+    events: list[dict[str, Any]],
+    flow_id: int,
+    step: int,
+) -> int:
+    """Append the flow events of step index ``i`` on the simulated thread; returns the next id."""
+    for g in range(len(t.groups)):
+        for cells in group_instances(t, g):
+            if len(cells) < 2:
+                continue
+            starts = [_cell(run.start, v, d, i) for v, d in cells]
+            src = int(np.argmax(starts))
+            sv, sd = cells[src]
+            eff = max(starts)
+            p2p = all(OPTYPE_KIND[OPTYPES[int(t.optype[v])]] is OpKind.PP_COMM for v, _ in cells)
+            cat = "p2p" if p2p else "collective"
+            for j, (v, d) in enumerate(cells):
+                if j == src:
+                    continue
+                st, en = _cell(run.start, v, d, i), _cell(run.end, v, d, i)
+                ts_lo = _us(offset + st)
+                ts_hi = ts_lo + max(0.0, round(_us(offset + en) - ts_lo, 3))
+                src_ts = _us(offset + starts[src])
+                f_ts = min(max(_us(offset + eff), ts_lo), ts_hi)
+                name = f"{OPTYPES[int(t.optype[sv])]} -> {OPTYPES[int(t.optype[v])]}"
+                common = {"name": name, "cat": cat, "id": flow_id, "tid": SIMULATED_TID}
+                events.append(
+                    {
+                        **common,
+                        "ph": "s",
+                        "pid": pid(sd, int(t.stage[sv])),
+                        "ts": src_ts,
+                        "args": {"step": step, "group": g},
+                    }
+                )
+                events.append(
+                    {
+                        **common,
+                        "ph": "f",
+                        "bp": "e",
+                        "pid": pid(d, int(t.stage[v])),
+                        "ts": f_ts,
+                        "args": {"step": step, "group": g},
+                    }
+                )
+                flow_id += 1
+    return flow_id
+
+
+def expected_flow_count(t: Template) -> int:
+    """Flows per step from the graph alone: every group instance of m cells gives m - 1 flows."""
+    return sum(len(c) - 1 for g in range(len(t.groups)) for c in group_instances(t, g) if len(c) > 1)
+
+
+def export_size_bound(eng: WhatIfEngine, n_steps: int) -> int:
+    """An upper bound on the events of a timeline of ``n_steps`` steps (the size stated in docs)."""
+    t = eng.template
+    cells = t.n_nodes * t.dp
+    return n_steps * (2 * cells + 2 * expected_flow_count(t)) + 4 * t.dp * t.pp
