@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def test_critical_path_is_networkx_longest_path(seed: int) -> None:
     assert cells[-1][4] == pytest.approx(length, abs=1e-9)
     assert sum(hi - lo for *_, lo, hi in cells) == pytest.approx(length, abs=1e-9)
     assert cells[0][3] == 0.0
-    for a, b in zip(cells, cells[1:], strict=False):
+    for a, b in pairwise(cells):
         assert a[4] == b[3]  # contiguous
     # the same chain: ops whose end is on the path, and the group members the walk entered by
     ours_end = [(v, d) for v, d, kind, *_ in cells if kind in ("compute", "communication")]
@@ -120,7 +121,7 @@ def test_critical_path_is_networkx_longest_path(seed: int) -> None:
     ours_entry = {(v, d) for v, d, kind, *_ in cells if kind == "group-entry"}
     nx_entry = {
         (a[1], a[2])
-        for a, b in zip(nx_path, nx_path[1:], strict=False)
+        for a, b in pairwise(nx_path)
         if isinstance(a, tuple) and a[0] == "S" and isinstance(b, tuple) and b[0] == "J"
     }
     assert ours_entry <= nx_entry
@@ -161,7 +162,7 @@ def direct_breakdown(eng: WhatIfEngine, run: RunTimes, d: int, s: int, i: int) -
     gs = np.clip(gs, st, en)
     bounds = np.unique(np.concatenate([[0.0], st, en, gs]))
     out = np.zeros(4)
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in pairwise(bounds):
         m = (lo + hi) / 2
         run_ = (st < m) & (m < en)
         if (run_ & comp).any():
