@@ -233,6 +233,9 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         from server.mcp_analysis import register_analysis_tools
 
         register_analysis_tools(mcp, lens, have)
+        from server.mcp_timeline import register_timeline_tools
+
+        register_timeline_tools(mcp, lens)
     if have["incidents"]:
         from server.mcp_incidents import register_incident_tools
 
