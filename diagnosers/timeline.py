@@ -507,7 +507,7 @@ def chrome_trace(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> dict[
     ``critical-path`` and ``args.critical``/``args.critical_share``. Flow events on thread 2 link,
     for every group instance (a P2P pair, a collective on one DP rank or across all of them), the
     member the group waited for (the last to start) to each other member. Size: 2 slices per op of
-    the chosen steps, at most one flow (two events) per op, plus 3 metadata events per worker.
+    the chosen steps, at most one flow (two events) per op, plus 4 metadata events per worker.
     """
     t = eng.template
     idx = step_indices(eng, steps)
