@@ -52,7 +52,6 @@ MAX_TIMELINE_STEPS = 16  # steps per Chrome export: the file holds about 2 x ops
 MIN_GAP = 1e-6  # s; shorter launch gaps on a critical path are folded into the op after them
 STEP_SPACING = 1.05  # chosen steps are laid out one after another, 5% of the longer run apart
 US = 1e6  # trace-event timestamps are microseconds
-ACTUAL_TID, SIMULATED_TID = 1, 2
 
 _IS_COMPUTE = np.array([OPTYPE_KIND[o] is OpKind.COMPUTE for o in OPTYPES])
 
@@ -493,63 +492,197 @@ def analyze_timeline(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> T
 # Chrome trace-event export
 
 
-def _us(x: float) -> float:
-    return round(x * US, 3)
+def _us(x: float) -> int:
+    """Seconds to whole microseconds: integer timestamps convert to a viewer's nanoseconds
+    exactly, so slices that touch never overlap by a rounding nanosecond."""
+    return round(x * US)
+
+
+RUNS: tuple[tuple[int, str, str], ...] = (
+    (1, "actual", "actual"),
+    (2, "straggler-free", "straggler-free (simulated)"),
+)
+
+
+def lane_tid(run_no: int, lane: int) -> int:
+    """Thread id of a run's lane: 10 x run (1 actual, 2 straggler-free) + lane."""
+    return 10 * run_no + lane
+
+
+def assign_lanes(slices: list[tuple[int, int, int]]) -> list[int]:
+    """Lanes for ``(key, ts, end)`` slices so that on one lane slices nest or do not overlap.
+
+    The Trace Event Format requires complete events on one thread to nest (Perfetto drops the
+    ones that overlap partially), while a worker's communication overlaps its compute (a send
+    still finishing as the next compute starts). Greedy: slices by (start, longest first), each
+    into the first lane of its key whose innermost open slice ends no earlier than it does.
+    """
+    order = sorted(range(len(slices)), key=lambda j: (slices[j][0], slices[j][1], -slices[j][2]))
+    stacks: dict[int, list[list[int]]] = {}
+    out = [0] * len(slices)
+    for j in order:
+        key, ts, end = slices[j]
+        lanes = stacks.setdefault(key, [])
+        for k, stack in enumerate(lanes):
+            while stack and stack[-1] <= ts:
+                stack.pop()
+            if not stack or stack[-1] >= end:
+                stack.append(end)
+                out[j] = k
+                break
+        else:
+            lanes.append([end])
+            out[j] = len(lanes) - 1
+    return out
 
 
 def chrome_trace(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> dict[str, Any]:
     """A Chrome trace-event JSON document (Perfetto, ``chrome://tracing``) of ``steps`` (default:
     the worst and a typical step; at most ``MAX_TIMELINE_STEPS``).
 
-    One process per worker, named ``dp D · pp P · rank R · host H``; thread 1 holds the recorded
-    ops, thread 2 the simulated straggler-free ops. The chosen steps are laid out one after another
-    and both runs of a step start at the same instant. Critical-path ops carry the category
-    ``critical-path`` and ``args.critical``/``args.critical_share``. Flow events on thread 2 link,
-    for every group instance (a P2P pair, a collective on one DP rank or across all of them), the
-    member the group waited for (the last to start) to each other member. Size: 2 slices per op of
-    the chosen steps, at most one flow (two events) per op, plus 4 metadata events per worker.
+    One process per worker, named ``dp D · pp P · rank R · host H``, with one thread per run:
+    ``actual`` (the recorded ops) and ``straggler-free (simulated)``. Ops of one run that overlap
+    without nesting spill onto extra lanes of that run (``actual · lane 2``, ...; see
+    :func:`assign_lanes`). The chosen steps are laid out one after another and both runs of a step
+    start at the same instant; timestamps are whole microseconds. Critical-path ops carry the
+    category ``critical-path`` and ``args.critical``/``args.critical_share``. Flow events on the
+    simulated run link, for every group instance (a P2P pair, a collective on one DP rank or
+    across all of them), the member the group waited for (the last to start) to each other
+    member. Size: 2 slices per op of the chosen steps, at most one flow (two events) per op, plus
+    6 metadata events per worker and 2 per extra lane.
     """
     t = eng.template
     idx = step_indices(eng, steps)
     if len(idx) > MAX_TIMELINE_STEPS:
         raise TraceError(f"{len(idx)} steps asked for; a timeline holds at most {MAX_TIMELINE_STEPS} steps")
     lab = _Labels.of(eng)
-    replay, ideal, recorded = replay_run(eng), straggler_free_run(eng), recorded_run(eng)
-    rows = t.dense(np.arange(len(eng.trace.ops), dtype=np.float64), fill=-1).astype(np.int64)
-    mb = eng.trace.ops.mb_id
-    dp, pp = t.dp, t.pp
+    runs = {"actual": recorded_run(eng), "straggler-free": straggler_free_run(eng)}
+    paths = {"actual": replay_run(eng), "straggler-free": runs["straggler-free"]}
+    dp = t.dp
 
     def pid(d: int, s: int) -> int:
         return s * dp + d + 1
 
+    ideal_t = float(eng.ideal_step_time)
+    worst, typical = choose_steps(eng)
+    offsets: list[float] = []
+    laid_out: list[dict[str, Any]] = []
+    offset = 0.0
+    for i in idx:
+        offsets.append(offset)
+        laid_out.append(
+            {
+                "step": eng.steps[i],
+                "offset_us": _us(offset),
+                "actual_step_time_s": float(eng.actual_step_times[i]),
+                "straggler_free_step_time_s": ideal_t,
+                "role": "worst"
+                if eng.steps[i] == worst
+                else ("typical" if eng.steps[i] == typical else "chosen"),
+            }
+        )
+        offset += max(float(eng.actual_step_times[i]), ideal_t) * STEP_SPACING
+
+    slices, cells = _slice_events(eng, lab, runs, paths, idx, offsets, pid)
+    lanes = assign_lanes(
+        [
+            (e["pid"] * 10 + run_no, e["ts"], e["ts"] + e["dur"])
+            for e, (run_no, *_) in zip(slices, cells, strict=True)
+        ]
+    )
+    lane_of: dict[tuple[int, int, int, int], int] = {}
+    used: set[tuple[int, int, int]] = set()
+    for e, (run_no, v, d, i), k in zip(slices, cells, lanes, strict=True):
+        e["tid"] = lane_tid(run_no, k)
+        lane_of[(run_no, v, d, i)] = e["tid"]
+        used.add((e["pid"], run_no, k))
+    events = _metadata_events(t, lab, pid, used)
+    events.extend(slices)
+    flow_id = 0
+    for i, off in zip(idx, offsets, strict=True):
+        flow_id = _flows(
+            t,
+            runs["straggler-free"],
+            i,
+            off,
+            pid,
+            lambda v, d, i=i: lane_of[(2, v, d, i)],
+            events,
+            flow_id,
+            eng.steps[i],
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "straggler-lens timeline",
+            "job": eng.trace.meta.trial_name,
+            "steps": laid_out,
+            "threads": {
+                "1x": "actual (recorded), lanes 10, 11, ...",
+                "2x": "straggler-free (simulated), lanes 20, 21, ...",
+            },
+        },
+    }
+
+
+def _metadata_events(
+    t: Template, lab: _Labels, pid: Any, used: set[tuple[int, int, int]]
+) -> list[dict[str, Any]]:
+    """Per worker its process name and sort order, and a name and sort order for every thread:
+    lane 0 of both runs always, and each extra lane a run spilled onto."""
     events: list[dict[str, Any]] = []
-    for s in range(pp):
-        for d in range(dp):
+    for s in range(t.pp):
+        for d in range(t.dp):
             p = pid(d, s)
             name = f"dp {d} · pp {s} · rank {lab.rank(d, s)} · host {lab.host(d, s)}"
             events.append({"ph": "M", "pid": p, "name": "process_name", "args": {"name": name}})
             events.append({"ph": "M", "pid": p, "name": "process_sort_index", "args": {"sort_index": p}})
-            for tid, tname in ((ACTUAL_TID, "actual"), (SIMULATED_TID, "straggler-free (simulated)")):
-                events.append(
-                    {"ph": "M", "pid": p, "tid": tid, "name": "thread_name", "args": {"name": tname}}
-                )
-    ideal_t = float(eng.ideal_step_time)
-    offset = 0.0
-    flow_id = 0
-    laid_out: list[dict[str, Any]] = []
-    worst, typical = choose_steps(eng)
-    for i in idx:
+            for run_no, _key, label in RUNS:
+                for k in sorted({0} | {k for (q, r, k) in used if q == p and r == run_no}):
+                    tid = lane_tid(run_no, k)
+                    tname = label if k == 0 else f"{label} · lane {k + 1}"
+                    events.append(
+                        {"ph": "M", "pid": p, "tid": tid, "name": "thread_name", "args": {"name": tname}}
+                    )
+                    events.append(
+                        {
+                            "ph": "M",
+                            "pid": p,
+                            "tid": tid,
+                            "name": "thread_sort_index",
+                            "args": {"sort_index": tid},
+                        }
+                    )
+    return events
+
+
+def _slice_events(
+    eng: WhatIfEngine,
+    lab: _Labels,
+    runs: dict[str, RunTimes],
+    paths: dict[str, RunTimes],
+    idx: list[int],
+    offsets: list[float],
+    pid: Any,
+) -> tuple[list[dict[str, Any]], list[tuple[int, int, int, int]]]:
+    """One ``X`` slice per op, DP rank, chosen step and run (without ``tid``: lanes come after),
+    and the ``(run number, node, dp, step index)`` cell of each."""
+    t = eng.template
+    rows = t.dense(np.arange(len(eng.trace.ops), dtype=np.float64), fill=-1).astype(np.int64)
+    mb = eng.trace.ops.mb_id
+    slices: list[dict[str, Any]] = []
+    cells: list[tuple[int, int, int, int]] = []
+    for i, offset in zip(idx, offsets, strict=True):
         step = eng.steps[i]
         on_path = {
-            name: {(v, d): seg_share for v, d, seg_share in _path_shares(t, run, i)}
-            for name, run in (("actual", replay), ("straggler-free", ideal))
+            name: dict(((v, d), x) for v, d, x in _path_shares(t, run, i)) for name, run in paths.items()
         }
         for v in range(t.n_nodes):
             s = int(t.stage[v])
-            opt = OPTYPES[int(t.optype[v])]
             kind = "compute" if _IS_COMPUTE[int(t.optype[v])] else "communication"
             g = int(t.group[v])
-            for d in range(dp):
+            for d in range(t.dp):
                 row = int(rows[v, d, i])
                 base_args: dict[str, Any] = {
                     "step": step,
@@ -561,60 +694,34 @@ def chrome_trace(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> dict[
                     "mb_id": int(mb[row]) if row >= 0 else -1,
                     "group": g,
                 }
-                for tid, name, run in (
-                    (ACTUAL_TID, "actual", recorded),
-                    (SIMULATED_TID, "straggler-free", ideal),
-                ):
-                    st, en, gs = (float(_cell(a, v, d, i)) for a in (run.start, run.end, run.group_start))
+                for run_no, name, _label in RUNS:
+                    run = runs[name]
+                    st, en, gs = (_cell(a, v, d, i) for a in (run.start, run.end, run.group_start))
                     share = on_path[name].get((v, d))
-                    ts = _us(offset + st)
                     args = {
                         **base_args,
                         "start_s": st,
                         "duration_s": en - st,
                         "wait_s": max(0.0, min(gs, en) - st) if g >= 0 else 0.0,
-                        "launch_delay_s": float(_cell(run.launch, v, d, i)),
+                        "launch_delay_s": _cell(run.launch, v, d, i),
                         "critical": share is not None,
                     }
                     if share is not None:
                         args["critical_share"] = share
-                    events.append(
+                    ts = _us(offset + st)
+                    slices.append(
                         {
                             "ph": "X",
                             "pid": pid(d, s),
-                            "tid": tid,
-                            "name": opt,
+                            "name": OPTYPES[int(t.optype[v])],
                             "cat": kind + (",critical-path" if share is not None else ""),
                             "ts": ts,
-                            "dur": max(0.0, round(_us(offset + en) - ts, 3)),
+                            "dur": max(0, _us(offset + en) - ts),
                             "args": args,
                         }
                     )
-        flow_id = _flows(t, ideal, i, offset, pid, events, flow_id, step)
-        span = max(float(eng.actual_step_times[i]), ideal_t)
-        laid_out.append(
-            {
-                "step": step,
-                "offset_us": _us(offset),
-                "actual_step_time_s": float(eng.actual_step_times[i]),
-                "straggler_free_step_time_s": ideal_t,
-                "role": "worst" if step == worst else ("typical" if step == typical else "chosen"),
-            }
-        )
-        offset += span * STEP_SPACING
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "generator": "straggler-lens timeline",
-            "job": eng.trace.meta.trial_name,
-            "steps": laid_out,
-            "threads": {
-                str(ACTUAL_TID): "actual (recorded)",
-                str(SIMULATED_TID): "straggler-free (simulated)",
-            },
-        },
-    }
+                    cells.append((run_no, v, d, i))
+    return slices, cells
 
 
 def _cell(a: Array, v: int, d: int, i: int) -> float:
@@ -622,8 +729,8 @@ def _cell(a: Array, v: int, d: int, i: int) -> float:
 
 
 def _path_shares(t: Template, run: RunTimes, i: int) -> list[tuple[int, int, float]]:
-    """(node, dp, share) of the ops on the critical path of step index ``i`` (launch gaps folded
-    into nothing: a late-launched op is on the path through its own segment)."""
+    """(node, dp, share) of the ops on the critical path of step index ``i`` (a launch gap is not
+    an op: the op launched late is on the path through its own segment)."""
 
     def col(a: Array) -> Array:
         return a[:, :, i] if a.shape[2] > 1 else a[:, :, 0]
@@ -653,11 +760,15 @@ def _flows(
     i: int,
     offset: float,
     pid: Any,
+    tid: Any,
     events: list[dict[str, Any]],
     flow_id: int,
     step: int,
 ) -> int:
-    """Append the flow events of step index ``i`` on the simulated thread; returns the next id."""
+    """Append the flow events of step index ``i`` on the simulated run; returns the next id.
+
+    ``tid(node, dp)`` is the lane holding that cell's slice; a flow's start sits at the releasing
+    member's start and its finish at the group start, inside the other member's slice."""
     for g in range(len(t.groups)):
         for cells in group_instances(t, g):
             if len(cells) < 2:
@@ -671,20 +782,17 @@ def _flows(
             for j, (v, d) in enumerate(cells):
                 if j == src:
                     continue
-                st, en = _cell(run.start, v, d, i), _cell(run.end, v, d, i)
-                ts_lo = _us(offset + st)
-                ts_hi = ts_lo + max(0.0, round(_us(offset + en) - ts_lo, 3))
-                src_ts = _us(offset + starts[src])
-                f_ts = min(max(_us(offset + eff), ts_lo), ts_hi)
+                ts_lo = _us(offset + _cell(run.start, v, d, i))
+                ts_hi = max(ts_lo, _us(offset + _cell(run.end, v, d, i)))
                 name = f"{OPTYPES[int(t.optype[sv])]} -> {OPTYPES[int(t.optype[v])]}"
-                common = {"name": name, "cat": cat, "id": flow_id, "tid": SIMULATED_TID}
+                common = {"name": name, "cat": cat, "id": flow_id, "args": {"step": step, "group": g}}
                 events.append(
                     {
                         **common,
                         "ph": "s",
                         "pid": pid(sd, int(t.stage[sv])),
-                        "ts": src_ts,
-                        "args": {"step": step, "group": g},
+                        "tid": tid(sv, sd),
+                        "ts": _us(offset + starts[src]),
                     }
                 )
                 events.append(
@@ -693,8 +801,8 @@ def _flows(
                         "ph": "f",
                         "bp": "e",
                         "pid": pid(d, int(t.stage[v])),
-                        "ts": f_ts,
-                        "args": {"step": step, "group": g},
+                        "tid": tid(v, d),
+                        "ts": min(max(_us(offset + eff), ts_lo), ts_hi),
                     }
                 )
                 flow_id += 1
@@ -710,4 +818,4 @@ def export_size_bound(eng: WhatIfEngine, n_steps: int) -> int:
     """An upper bound on the events of a timeline of ``n_steps`` steps (the size stated in docs)."""
     t = eng.template
     cells = t.n_nodes * t.dp
-    return n_steps * (2 * cells + 2 * expected_flow_count(t)) + 4 * t.dp * t.pp
+    return n_steps * (2 * cells + 2 * expected_flow_count(t)) + 6 * t.dp * t.pp + 2 * (2 * n_steps * cells)
