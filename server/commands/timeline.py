@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Chrome trace-event timeline of the actual vs the straggler-free run, with critical paths",
         description="Export the chosen steps (default: the worst and a typical one) as Chrome "
         "trace-event JSON: one process per worker, the recorded ops and the simulated "
-        "straggler-free ops as two threads, critical-path ops marked, P2P pairs and collective "
+        "straggler-free ops as one thread per run, critical-path ops marked, P2P pairs and collective "
         "members linked by flow events. Prints the critical paths and where each worker's time goes.",
     )
     add_read_arguments(p)
