@@ -422,3 +422,46 @@ def test_the_checker_rejects_a_flow_outside_its_slice(st_engine: WhatIfEngine) -
     del doc["traceEvents"][0]["pid"]
     with pytest.raises(jsonschema.ValidationError):
         check_trace(doc)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(dp=2, pp=4, microbatches=8, steps=3, seed=11, scenarios=["faulty-machine"]),
+        dict(dp=2, pp=4, microbatches=8, steps=3, seed=12, schedule="gpipe"),
+        dict(
+            dp=2,
+            pp=4,
+            vpp=2,
+            microbatches=8,
+            steps=3,
+            schedule="interleaved",
+            seed=13,
+            scenarios=["gc-pause"],
+        ),
+        dict(dp=4, pp=2, microbatches=4, steps=3, seed=14, scenarios=["dataloader-stall"]),
+    ],
+    ids=["1f1b-faulty", "gpipe", "interleaved-gc", "dataloader"],
+)
+def test_timelines_on_generated_jobs(spec: dict[str, Any]) -> None:
+    from diagnosers.synth import ScenarioSpec, generate
+
+    eng = build_engine(generate(ScenarioSpec(**spec)).trace)
+    t = eng.template
+    a = analyze_timeline(eng)
+    replay = eng.launch_step_times()
+    for cp in a.critical_paths:
+        i = eng.steps.index(cp.step)
+        want = replay[i] if cp.run == "actual" else eng.ideal_step_time
+        assert cp.length == pytest.approx(want, rel=1e-9)
+        assert sum(s.time for s in cp.segments) == pytest.approx(cp.length, rel=1e-9)
+    end = eng.start_dense + t.dense(eng.trace.ops.duration)
+    for w in a.breakdown:
+        i = eng.steps.index(w.step)
+        parts = w.compute + w.exposed_comm + w.waiting_on_peers + w.launch_gaps
+        assert parts == pytest.approx(float(end[t.stage == w.pp_rank, w.dp_rank, i].max()), rel=1e-9)
+    doc = json.loads(json.dumps(chrome_trace(eng), allow_nan=False))
+    got = check_trace(doc)
+    chosen = [s["step"] for s in doc["otherData"]["steps"]]
+    assert got["slices"] == 2 * int(np.isin(eng.trace.ops.step, chosen).sum())
+    assert got["flows"] == len(chosen) * sum(graph_flows(eng))
