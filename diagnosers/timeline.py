@@ -619,8 +619,8 @@ def chrome_trace(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> dict[
             "job": eng.trace.meta.trial_name,
             "steps": laid_out,
             "threads": {
-                "1x": "actual (recorded), lanes 10, 11, ...",
-                "2x": "straggler-free (simulated), lanes 20, 21, ...",
+                "actual": "recorded ops: thread 10, extra lanes 11, 12, ...",
+                "straggler-free": "simulated ops: thread 20, extra lanes 21, 22, ...",
             },
         },
     }
