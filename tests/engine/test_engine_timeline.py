@@ -465,3 +465,21 @@ def test_timelines_on_generated_jobs(spec: dict[str, Any]) -> None:
     chosen = [s["step"] for s in doc["otherData"]["steps"]]
     assert got["slices"] == 2 * int(np.isin(eng.trace.ops.step, chosen).sum())
     assert got["flows"] == len(chosen) * sum(graph_flows(eng))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "stalled"),
+    [("dataloader-stall", True), ("gc-pause", False), ("faulty-machine", False), ("stage-imbalance", False)],
+)
+def test_launch_gaps_on_the_path_are_the_injected_input_stall(scenario: str, stalled: bool) -> None:
+    """Ground truth from the generator: only a dataloader stall (CPU-side time before the first op
+    of a step) shows up as launch gaps on the actual critical path."""
+    from diagnosers.synth import ScenarioSpec, generate
+
+    job = generate(ScenarioSpec(dp=2, pp=4, microbatches=8, steps=4, seed=21, scenarios=[scenario]))
+    a = analyze_timeline(build_engine(job.trace))
+    gaps = [c.share_by_kind.get("launch-gap", 0.0) for c in a.critical_paths if c.run == "actual"]
+    if stalled:
+        assert min(gaps) > 0.1, gaps
+    else:
+        assert max(gaps) < 0.02, gaps
