@@ -18,6 +18,7 @@ from server.service import Lens, shown_steps
 
 DEFAULT_STEPS = "default"  # the worst and a typical step
 INCLUDE_CHOICES = ("timeline",)
+MEMO_MAX_BYTES = 1 << 20  # keep documents up to 1 MiB in memory; a 16-step timeline can be tens of MB
 
 
 def parse_steps(raw: str | None) -> list[int] | None:
@@ -73,7 +74,9 @@ def _compute(lens: Lens, trace_id: str, kind: str, steps: list[int] | None, fn: 
     if hit is not None:
         return str(hit)
     body = lens._cached(rec.id, kind, key, compute)
-    return str(lens.memo(("json", kind, rec.id, key), body))
+    if len(body) <= MEMO_MAX_BYTES:  # larger documents are read from the store each time
+        lens.memo(("json", kind, rec.id, key), body)
+    return body
 
 
 def timeline_json(lens: Lens, trace_id: str, steps: list[int] | None = None) -> str:
