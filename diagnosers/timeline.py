@@ -20,6 +20,8 @@ a communication group starts when its last member started (over every DP rank wh
 DP-synchronised), so the walk crosses to that member (a *group entry*, time 0) and continues from it.
 The segments — op time, transfer time after the group started, launch gaps — tile ``[0, step end]``,
 so the path's length is the run's step time and each op's share is its segment over that length.
+On the actual run, a launch gap during which the same worker ran another op is walked through
+that op instead (the recorded program order, which the graph does not hold; see ``path_cells``).
 
 Where the time goes, per worker and step, over ``[step start, the worker's last op end]``: each
 instant is *compute* if a compute op runs, else *exposed communication* if a communication op is
