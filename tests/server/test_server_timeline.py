@@ -15,10 +15,10 @@ from mcp.types import ResourceLink
 
 from diagnosers.readers import load_trace
 from diagnosers.samples import artifact_trace
-from server.app import LensHolder
 from server.cli import main
-from server.mcp_tools import build_mcp
-from server.settings import Settings
+from server.core.runtime import LensHolder
+from server.core.settings import Settings
+from server.mcp.tools import build_mcp
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,17 +20,16 @@ from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 import anyio
 import anyio.from_thread
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from server.errors import ApiError
-from server.ingest import FileSink, StagedFile, UploadBudget, safe_filename, write_bytes
-from server.models import TraceInfo, TraceList, UploadResult
-from server.security import PathNotAllowed, resolve_allowed
-from server.service import Lens
-from server.settings import Settings
+from server.core.models import TraceInfo, TraceList, UploadResult
+from server.core.runtime import app_version, features, open_lens
+from server.core.security import resolve_allowed
+from server.core.service import Lens
+from server.core.settings import Settings
+from server.core.staging import FileSink, StagedFile, UploadBudget, safe_filename, write_bytes
+from server.mcp.shared import READ_ONLY, UPLOAD, Limit, Offset, Size, TraceId, tool_errors
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,77 +41,6 @@ gains and similar past incidents; get_heatmap shows where the slowdown sits; run
 "what if these ops/ranks/steps ran at their typical speed". Incident tools search a library of
 public straggler incidents. All trace tools take the trace_id handle; list_traces shows stored ones."""
 
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-UPLOAD = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-
-TraceId = Annotated[
-    str, Field(description="trace handle from upload_trace / list_traces", min_length=1, max_length=64)
-]
-Limit = Annotated[int, Field(ge=1, le=100, description="page size (max 100)")]
-Offset = Annotated[int, Field(ge=0, description="items to skip (offset pagination)")]
-Size = Annotated[int | None, Field(ge=1, le=1_000_000, description="parallel size; overrides the meta")]
-
-
-def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
-    """Turn the service's ``ApiError`` (and refused paths) into ``ToolError`` text the model reads.
-
-    The docstring becomes the tool's description; it is dedented (Python 3.11 keeps the source
-    indentation, which the SDK would send to the client as is)."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-        try:
-            return await fn(*args, **kwargs)
-        except ApiError as exc:
-            raise ToolError(exc.message) from exc
-        except PathNotAllowed as exc:
-            raise ToolError(str(exc)) from exc
-
-    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")
-    return wrapper
-
-
-class ProgressRelay:
-    """Forward progress to the client as ``(fraction, 1.0, message)``, strictly increasing.
-
-    Called from the worker thread running an analysis (``__call__``, the engine's
-    ``progress(fraction, message)`` signature) or from the event loop (``step``). Progress is
-    advisory: a client that went away never fails the analysis.
-    """
-
-    def __init__(self, ctx: Context[Any] | None):
-        self.ctx = ctx
-        self.last = -1.0
-
-    def _fresh(self, fraction: float) -> bool:
-        if self.ctx is None or fraction <= self.last:
-            return False
-        self.last = fraction
-        return True
-
-    def __call__(self, fraction: float, message: str = "") -> None:
-        if not self._fresh(fraction):
-            return
-        assert self.ctx is not None
-        try:
-            anyio.from_thread.run(functools.partial(self.ctx.report_progress, fraction, 1.0, message or None))
-        except Exception:
-            self.ctx = None
-
-    async def step(self, fraction: float, message: str) -> None:
-        if not self._fresh(fraction):
-            return
-        assert self.ctx is not None
-        try:
-            await self.ctx.report_progress(fraction, 1.0, message)
-        except Exception:
-            self.ctx = None
-
-
 def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
     """The MCP server. ``holder.lens`` is set by the app's lifespan; when the MCP server runs on
     its own (the SDK's in-process client), its lifespan opens a ``Lens`` itself."""
@@ -123,16 +50,12 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         if holder.lens is not None:
             yield holder.lens
             return
-        from server.app import open_lens
-
         async with open_lens(settings) as lens:
             holder.lens = lens
             try:
                 yield lens
             finally:
                 holder.lens = None
-
-    from server.app import app_version, features
 
     mcp: MCPServer[Any] = MCPServer(
         "straggler-lens", version=app_version(), instructions=INSTRUCTIONS, lifespan=lifespan
@@ -230,14 +153,14 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         return L.info(L.record(trace_id))  # two indexed SQLite reads: cheaper than a thread hop
 
     if have["whatif"]:
-        from server.mcp_analysis import register_analysis_tools
+        from server.mcp.analysis import register_analysis_tools
 
         register_analysis_tools(mcp, lens, have)
-        from server.mcp_timeline import register_timeline_tools
+        from server.mcp.timeline import register_timeline_tools
 
         register_timeline_tools(mcp, lens)
     if have["incidents"]:
-        from server.mcp_incidents import register_incident_tools
+        from server.mcp.incidents import register_incident_tools
 
         register_incident_tools(mcp, lens, have)
 

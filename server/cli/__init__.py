@@ -1,6 +1,6 @@
 """The ``straggler-lens`` command line.
 
-Each subcommand lives in its own module under ``server.commands`` and exposes
+Each subcommand lives in its own module under ``server.cli.commands`` and exposes
 ``register(subparsers)``. Those modules import only ``argparse`` at top level and import the
 engine, the incident library or the web stack inside their handlers, so ``analyze`` does not pay
 for the server's imports.
@@ -33,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"server.commands.{name}")
+            module = importlib.import_module(f"server.cli.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"server.commands.{name}":
+            if exc.name == f"server.cli.commands.{name}":
                 continue
             raise
         module.register(sub)

@@ -66,6 +66,9 @@ class Health(BaseModel):
     traces: int
     incidents: int | None
     features: dict[str, bool]
+    executor: dict[str, Any] | None = Field(
+        default=None, description="heavy work: kind, workers, running, queued, max_queue"
+    )
 
 
 def summarize(trace: Any, files: list[str]) -> TraceSummary:

@@ -79,6 +79,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="extra Host name (or name:port) accepted besides loopback (repeatable)",
     )
     p.add_argument("--max-upload-mb", type=float, default=512, help="upload size cap in MiB (default 512)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes for heavy work (default: one per core; 0 = threads of the server)",
+    )
     p.add_argument("--preload-sample", action="store_true", help="store the bundled ST sample trace at start")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.settings import Settings, SettingsError
+    from server.core.settings import Settings, SettingsError
 
     try:
         settings = Settings.build(
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             preload_sample=args.preload_sample,
+            workers=args.workers,
         )
     except SettingsError as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)

@@ -11,14 +11,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
+import anyio.to_thread
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
-from server.errors import ApiError
-from server.ingest import FileSink, StagedFile, UploadBudget, safe_filename, write_stream
+from server.core.errors import ApiError
+from server.core.staging import (
+    FileSink,
+    StagedFile,
+    UploadBudget,
+    batched,
+    safe_filename,
+    write_stream,
+)
 
 # Non-file multipart fields accepted next to the files (same meaning as the query parameters).
 FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
@@ -159,12 +167,19 @@ async def receive_upload(
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
-        try:
-            async for chunk in body_chunks(request):
-                parser.write(chunk)
-                state.process()
+        def feed(data: bytes) -> None:
+            parser.write(data)
+            state.process()
+
+        def finish() -> None:
             parser.finalize()
             state.process()
+
+        try:
+            # parsing, inflating and writing run in a worker thread, about 1 MiB at a time
+            async for batch in batched(body_chunks(request)):
+                await anyio.to_thread.run_sync(feed, batch)
+            await anyio.to_thread.run_sync(finish)
         except ApiError:
             raise
         except Exception as exc:  # the multipart library's own parse errors

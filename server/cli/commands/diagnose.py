@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from server.commands.trace_args import add_read_arguments, read_options
+from server.cli.commands.trace_args import add_read_arguments, read_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,7 +1,7 @@
 """REST routes under ``/api`` plus ``/healthz``: validate, call ``Lens``, wrap as JSON.
 
-Every error leaves as the one shape of ``server.errors`` (``{"error": {status, code, message}}``).
-The OpenAPI document is built in ``server.openapi`` from the same models.
+Every error leaves as the one shape of ``server.core.errors`` (``{"error": {status, code, message}}``).
+The OpenAPI document is built in ``server.rest.openapi`` from the same models.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from server.errors import ApiError
-from server.ingest import UploadBudget
-from server.models import Health, TraceList
-from server.rest_timeline import get_timeline
-from server.service import Lens
-from server.uploads import receive_upload
+from server.core.errors import ApiError
+from server.core.models import Health, TraceList
+from server.core.runtime import features
+from server.core.service import Lens
+from server.core.staging import UploadBudget
+from server.core.uploads import receive_upload
+from server.rest.timeline import get_timeline
 
 MAX_PAGE = 100
 
@@ -72,14 +73,13 @@ def upload_options(fields: dict[str, str]) -> dict[str, Any]:
 async def healthz(request: Request) -> Response:
     lens = lens_of(request)
     total, _ = await anyio.to_thread.run_sync(lens.store.page, 1, 0)
-    from server.app import features
-
     body = Health(
         status="ok",
         version=request.app.state.version,
         traces=total,
         incidents=lens.incident_count(),
         features=features(),
+        executor=lens.executor.status() if lens.executor is not None else None,
     )
     return JSONResponse(body.model_dump())
 
@@ -135,7 +135,7 @@ async def result_document(request: Request, kind: str) -> Response:
 
 async def get_whatif(request: Request) -> Response:
     if request.query_params.get("include"):
-        from server.rest_timeline import get_whatif_included
+        from server.rest.timeline import get_whatif_included
 
         return await get_whatif_included(request)
     return await result_document(request, "whatif")
@@ -165,7 +165,7 @@ def library_of(request: Request) -> Any:
 
 
 async def list_cases(request: Request) -> Response:
-    from server.incident_glue import search_or_list
+    from server.core.incident_glue import search_or_list
 
     lib = library_of(request)
     limit, offset = page(request, default_limit=10)
@@ -179,7 +179,7 @@ async def list_cases(request: Request) -> Response:
 
 async def get_case(request: Request) -> Response:
     from incidents.search import get_incident
-    from server.incident_glue import call
+    from server.core.incident_glue import call
 
     lib = library_of(request)
     case = await anyio.to_thread.run_sync(
@@ -189,7 +189,7 @@ async def get_case(request: Request) -> Response:
 
 
 async def similar_cases(request: Request) -> Response:
-    from server.incident_glue import similar
+    from server.core.incident_glue import similar
 
     lens = lens_of(request)
     library_of(request)
@@ -202,7 +202,7 @@ async def similar_cases(request: Request) -> Response:
 
 async def get_topic(request: Request) -> Response:
     from incidents.search import get_topic as topic_of
-    from server.incident_glue import call
+    from server.core.incident_glue import call
 
     lib = library_of(request)
     topic = await anyio.to_thread.run_sync(lambda: call(topic_of, request.path_params["name"], library=lib))
@@ -211,7 +211,7 @@ async def get_topic(request: Request) -> Response:
 
 async def get_vocab(request: Request) -> Response:
     from incidents.search import vocab
-    from server.incident_glue import call
+    from server.core.incident_glue import call
 
     lib = library_of(request)
     result = await anyio.to_thread.run_sync(lambda: call(vocab, library=lib))
@@ -219,7 +219,7 @@ async def get_vocab(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    from server.openapi import build_openapi
+    from server.rest.openapi import build_openapi
 
     return JSONResponse(build_openapi(request.app.state.version))
 

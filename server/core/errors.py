@@ -32,6 +32,10 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
         self.headers = headers or {}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # raised in a worker process, it crosses back by pickle: keep every field
+        return (type(self), (self.status, self.code, self.message, self.headers))
+
     def response(self) -> JSONResponse:
         return error_response(self.status, self.code, self.message, self.headers)
 

@@ -64,6 +64,10 @@ class Settings:
     max_inline_bytes: int = MAX_INLINE_BYTES
     preload_sample: bool = False
     trace_cache_size: int = 4
+    # heavy work: worker processes (None = one per core, 0 = threads of the server process) and
+    # how many jobs may wait for one before requests are refused with a 503
+    workers: int | None = None
+    max_queue: int = 64
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:
@@ -74,6 +78,10 @@ class Settings:
             raise SettingsError(
                 f"refusing to listen on non-loopback address {self.host} without --token-file"
             )
+        if self.workers is not None and self.workers < 0:
+            raise SettingsError("--workers must be 0 (threads) or more")
+        if self.max_queue < 0:
+            raise SettingsError("the executor queue bound must be 0 or more")
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 

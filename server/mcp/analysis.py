@@ -1,7 +1,7 @@
 """MCP tools over the engine and the diagnosis: run_whatif, get_heatmap, diagnose,
 classify_patterns, suggest_remedies, plus the stored reports as resources.
 
-Outputs are bounded views of the cached results (``server.views``); the full documents are at
+Outputs are bounded views of the cached results (``server.mcp.views``); the full documents are at
 ``/api/traces/{id}/whatif`` and ``/api/traces/{id}/diagnosis``.
 """
 
@@ -19,10 +19,10 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
-from server.errors import ApiError
-from server.mcp_tools import READ_ONLY, ProgressRelay, TraceId, tool_errors
-from server.service import Lens, scaled
-from server.views import (
+from server.core.errors import ApiError
+from server.core.service import Lens, scaled
+from server.mcp.shared import READ_ONLY, ProgressRelay, TraceId, tool_errors
+from server.mcp.views import (
     DiagnosisView,
     HeatmapView,
     PatternsView,

@@ -7,7 +7,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.timeline_glue import parse_include, parse_steps, timeline_json, whatif_with
+from server.core.timeline import parse_include, parse_steps, timeline_json, whatif_with
 
 
 async def get_timeline(request: Request) -> Response:

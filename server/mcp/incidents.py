@@ -18,10 +18,10 @@ from pydantic import Field
 
 from incidents.schema import Case
 from incidents.search import IncidentResults, TopicCases, Vocabulary, get_incident, get_topic, vocab
-from server.errors import ApiError
-from server.incident_glue import call, search_or_list
-from server.mcp_tools import READ_ONLY, Limit, Offset, tool_errors
-from server.service import Lens
+from server.core.errors import ApiError
+from server.core.incident_glue import call, search_or_list
+from server.core.service import Lens
+from server.mcp.shared import READ_ONLY, Limit, Offset, tool_errors
 
 MAX_TOPIC_CASES = 50
 
@@ -133,7 +133,7 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
 
 def register_similar_tool(mcp: MCPServer[Any], lens: Callable[[], Lens]) -> None:
-    from server.incident_glue import similar
+    from server.core.incident_glue import similar
 
     @mcp.tool(name="similar_incidents", title="Similar past incidents", annotations=READ_ONLY)
     @tool_errors

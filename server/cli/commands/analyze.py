@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from server.commands.trace_args import add_read_arguments, positive_int, read_options
+from server.cli.commands.trace_args import add_read_arguments, positive_int, read_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +65,7 @@ def handle_with_timeline(args: argparse.Namespace, trace: Any) -> int:
 
     from diagnosers.timeline import analyze_timeline
     from diagnosers.whatif import analyze, build_engine
-    from server.commands.timeline import summary as timeline_summary
+    from server.cli.commands.timeline import summary as timeline_summary
 
     eng = build_engine(trace)
     doc = analyze(trace, exact_top_k=args.exact_top_k, engine=eng).model_dump(mode="json")

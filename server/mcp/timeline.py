@@ -19,10 +19,10 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
-from server.errors import ApiError
-from server.mcp_tools import READ_ONLY, TraceId, tool_errors
-from server.service import Lens
-from server.timeline_glue import parse_steps, steps_key, timeline_analysis_json, timeline_json
+from server.core.errors import ApiError
+from server.core.service import Lens
+from server.core.timeline import parse_steps, steps_key, timeline_analysis_json, timeline_json
+from server.mcp.shared import READ_ONLY, TraceId, tool_errors
 
 TOP_SHARES = 3  # op types per critical path in the tool's view
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from server.errors import ApiError
+from server.core.errors import ApiError
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 The MCP SDK validates Host/Origin for ``/mcp`` only (MCP-SDK.md §1.10), so this middleware wraps
 the whole Starlette app and refuses a request before any route sees it. Refusals use the one JSON
-error shape of ``server.errors``.
+error shape of ``server.core.errors``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.errors import error_response
-from server.settings import LOOPBACK_HOSTS, Settings
+from server.core.errors import error_response
+from server.core.settings import LOOPBACK_HOSTS, Settings
 
 
 def split_host(value: str) -> tuple[str, str | None]:

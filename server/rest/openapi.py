@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from server.errors import ErrorBody
-from server.models import Health, TraceInfo, TraceList, UploadResult
+from server.core.errors import ErrorBody
+from server.core.models import Health, TraceInfo, TraceList, UploadResult
 
 
 def _schemas(models: list[type[BaseModel]]) -> dict[str, Any]:

@@ -1,31 +1,44 @@
-"""The glue between the HTTP/MCP surfaces and the packages that do the work.
+"""The glue between the surfaces and the packages that do the work.
 
-``Lens`` holds the store, the incident library and a small cache of parsed traces. Its methods
-are synchronous (they run in worker threads), raise ``ApiError`` for anything a caller can fix,
-and call ``diagnosers`` / ``incidents`` for every analysis: no analysis logic lives here.
-Results are cached in the store, so they survive restarts; one lock per result makes concurrent
+``Lens`` holds the store, the incident library, the executor and a memo of result models. Its
+methods are synchronous (surfaces call them in worker threads), raise ``ApiError`` for anything a
+caller can fix, and hand every heavy step (parse, analyse, diagnose, draw) to the executor as a
+job of ``server.core.jobs``: no analysis logic lives here. Results come back as JSON, are cached in
+the store (so they survive restarts) and memoised as models; one lock per result makes concurrent
 callers wait for a single computation instead of repeating it.
+
+Without an executor (tests, scripts) the jobs run in the calling thread, sharing this Lens's own
+trace cache; with an in-process executor they share it too; worker processes keep their own.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from diagnosers.model import Trace, TraceError
-from diagnosers.readers import ReadOptions, load_trace
-from server.errors import ApiError, not_found
-from server.ingest import META_SUFFIXES, StagedFile, content_hash
-from server.models import TraceInfo, TraceSummary, UploadResult, summarize
-from server.settings import Settings
-from server.store import Store, TraceRecord
+import anyio.from_thread
 
-# progress(fraction in [0, 1], message): called from the worker thread doing the analysis.
+from diagnosers.model import Trace
+from server.core import jobs
+from server.core.errors import ApiError, not_found
+from server.core.executor import Executor
+from server.core.jobs import READ_KEYS, JobContext, TraceRef, read_options, trace_error
+from server.core.models import TraceInfo, TraceSummary, UploadResult
+from server.core.settings import Settings
+from server.core.staging import META_SUFFIXES, StagedFile, content_hash
+from server.core.store import Store, TraceRecord
+
+__all__ = ["READ_KEYS", "Lens", "check_selector", "read_options", "scaled", "shown_steps", "trace_error"]
+
+R = TypeVar("R")
+# progress(fraction in [0, 1], message): called on the event loop or a worker thread.
 Progress = Callable[[float, str], None]
 
 
@@ -41,24 +54,15 @@ def scaled(progress: Progress | None, lo: float, hi: float) -> Progress | None:
     return inner
 
 
-READ_KEYS = ("format", "dp", "pp", "tp", "cp")
-
-
-def read_options(options: dict[str, Any]) -> ReadOptions:
-    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes)."""
-    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
-
-
 def shown_steps(steps: list[int], most: int = 20) -> str:
     """``23, 25, 33 ...``: the first ``most`` step ids of a trace, for error messages."""
     return ", ".join(str(s) for s in steps[:most]) + (" ..." if len(steps) > most else "")
 
 
-def check_selector(trace: Trace, selector: dict[str, Any]) -> None:
-    """A 400 for scenario selectors naming ranks or steps the trace does not have: the engine
+def check_shape(dp: int, pp: int, steps: list[int], selector: dict[str, Any]) -> None:
+    """A 400 for scenario selectors naming ranks or steps the job does not have: the engine
     would select no op and answer a speedup of 1.0, which reads like a real result."""
-    meta = trace.meta
-    for key, size, name in (("dp_ranks", meta.dp, "dp"), ("pp_ranks", meta.pp, "pp")):
+    for key, size, name in (("dp_ranks", dp, "dp"), ("pp_ranks", pp, "pp")):
         bad = sorted({int(r) for r in selector.get(key) or [] if not 0 <= int(r) < size})
         if bad:
             raise ApiError(
@@ -66,33 +70,30 @@ def check_selector(trace: Trace, selector: dict[str, Any]) -> None:
                 "bad_scenario",
                 f"{key} {bad} outside the job: its {name} size is {size} (ranks 0-{size - 1})",
             )
-    missing = sorted(set(selector.get("steps") or []) - set(trace.steps))
+    missing = sorted(set(selector.get("steps") or []) - set(steps))
     if missing:
         raise ApiError(
-            400, "bad_scenario", f"steps {missing} are not traced; traced steps: {shown_steps(trace.steps)}"
+            400, "bad_scenario", f"steps {missing} are not traced; traced steps: {shown_steps(steps)}"
         )
 
 
-def trace_error(exc: Exception, folder: Path | None = None) -> ApiError:
-    """A reader's rejection as a 422 that keeps the reader's precise message.
-
-    The server's own folder is cut from file paths: the caller knows its files by name only.
-    """
-    message = str(exc)
-    if folder is not None:
-        message = message.replace(f"{folder}/", "").replace(str(folder), ".")
-    return ApiError(422, "trace_invalid", f"the trace cannot be read: {message}")
+def check_selector(trace: Trace, selector: dict[str, Any]) -> None:
+    """``check_shape`` against a parsed trace."""
+    check_shape(trace.meta.dp, trace.meta.pp, list(trace.steps), selector)
 
 
 class Lens:
     """Application state shared by REST routes and MCP tools (one per running server)."""
 
-    def __init__(self, settings: Settings, store: Store, library: Any = None):
+    def __init__(
+        self, settings: Settings, store: Store, library: Any = None, executor: Executor | None = None
+    ):
         self.settings = settings
         self.store = store
         self.library = library
-        self._traces: OrderedDict[str, Trace] = OrderedDict()
-        self._engines: OrderedDict[str, Any] = OrderedDict()
+        self.executor = executor
+        # parsed traces and engines of the jobs that run in this process
+        self.jobs = JobContext(size=settings.trace_cache_size, library=library)
         self._cache_lock = threading.Lock()
         # weak values: a lock lives while a caller holds or waits on it, so one per scenario
         # selector ever asked does not pile up for the server's lifetime
@@ -108,12 +109,28 @@ class Lens:
         with self._locks_lock:
             return self._locks.setdefault(key, threading.Lock())
 
-    def _remember(self, trace_id: str, trace: Trace) -> None:
-        with self._cache_lock:
-            self._traces[trace_id] = trace
-            self._traces.move_to_end(trace_id)
-            while len(self._traces) > self.settings.trace_cache_size:
-                self._traces.popitem(last=False)
+    def run(
+        self,
+        fn: Callable[..., R],
+        *args: Any,
+        progress: Progress | None = None,
+        affinity: str | None = None,
+    ) -> R:
+        """Run the job ``fn(*args)`` on the executor and wait for its result (from a worker
+        thread of the event loop); in this thread when the Lens has no executor."""
+        kw: dict[str, Any] = {"progress": progress} if progress is not None else {}
+        if self.executor is None:
+            return fn(*args, ctx=self.jobs, **kw)
+        if self.executor.in_process:
+            fn = partial(fn, ctx=self.jobs)
+        submit = partial(self.executor.submit, fn, *args, progress=progress, affinity=affinity)
+        result: R = anyio.from_thread.run(submit)
+        return result
+
+    def ref(self, rec: TraceRecord) -> TraceRef:
+        """The job-side handle of a stored trace: its files, read options and content hash."""
+        folder = self.store.traces_dir / rec.id
+        return TraceRef.of(rec.content_hash, self.store.file_paths(rec), rec.options, folder)
 
     def peek(self, *key: str) -> Any:
         """A parsed result or view already in memory, else None. Cheap enough for the event loop:
@@ -188,69 +205,30 @@ class Lens:
                     trace_id=existing.id, created=False, summary=TraceSummary.model_validate(existing.summary)
                 )
             names = sorted(f.name for f in files)
-            try:
-                trace = load_trace([staging / n for n in names], read_options(opts))
-            except TraceError as exc:
-                raise trace_error(exc, staging) from exc
-            summary = summarize(trace, names)
+            ref = TraceRef.of(chash, [staging / n for n in names], opts, staging)
+            summary = self.run(jobs.parse_upload, ref, names, affinity=chash)
             rec, created = self.store.commit_trace(
                 staging,
                 content_hash=chash,
                 name=name,
                 files=names,
                 options=opts,
-                summary=summary.model_dump(),
+                summary=summary,
             )
         except BaseException:
             self.store.discard(staging)
             raise
-        if created:
-            # the files now live in the trace's folder: errors found later (by the engine) name them there
-            trace.sources = [str(p) for p in self.store.file_paths(rec)]
-            self._remember(rec.id, trace)
         return UploadResult(
             trace_id=rec.id, created=created, summary=TraceSummary.model_validate(rec.summary)
         )
 
     def trace(self, rec: TraceRecord) -> Trace:
-        """The parsed trace of a record, from the cache or re-read from the data folder."""
-        with self._cache_lock:
-            cached = self._traces.get(rec.id)
-            if cached is not None:
-                self._traces.move_to_end(rec.id)
-                return cached
-        with self._lock_for("load", rec.id):
-            with self._cache_lock:
-                if rec.id in self._traces:
-                    return self._traces[rec.id]
-            try:
-                trace = load_trace(self.store.file_paths(rec), read_options(rec.options))
-            except TraceError as exc:
-                raise trace_error(exc, self.store.traces_dir / rec.id) from exc
-            self._remember(rec.id, trace)
-            return trace
+        """The parsed trace of a record in this process (cached; scripts and tests)."""
+        return self.jobs.trace(self.ref(rec))
 
     def engine(self, rec: TraceRecord) -> Any:
-        """The what-if engine of a trace (``diagnosers.whatif.build_engine``), kept beside the trace."""
-        from diagnosers.whatif import build_engine
-
-        with self._cache_lock:
-            if rec.id in self._engines:
-                self._engines.move_to_end(rec.id)
-                return self._engines[rec.id]
-        with self._lock_for("engine", rec.id):
-            with self._cache_lock:
-                if rec.id in self._engines:
-                    return self._engines[rec.id]
-            try:
-                eng = build_engine(self.trace(rec))
-            except TraceError as exc:
-                raise trace_error(exc, self.store.traces_dir / rec.id) from exc
-            with self._cache_lock:
-                self._engines[rec.id] = eng
-                while len(self._engines) > self.settings.trace_cache_size:
-                    self._engines.popitem(last=False)
-            return eng
+        """The what-if engine of a record in this process (cached beside the trace)."""
+        return self.jobs.engine(self.ref(rec))
 
     # -- analyses ------------------------------------------------------------------------------
 
@@ -270,76 +248,73 @@ class Lens:
         kind: str,
         trace_id: str,
         key: str,
-        compute: Callable[[], Any],
+        compute: Callable[[], str],
         model: Any,
         check: Callable[[], None] | None = None,
     ) -> Any:
-        """A result model from memory, else from the store, else ``compute()``d once (its JSON is
-        stored, so it survives restarts). A reader or engine rejection becomes a 422. ``check``
-        runs before the store is asked, so a stored result never answers a request it refuses."""
-
-        def as_json() -> str:
-            try:
-                return str(compute().model_dump_json())
-            except TraceError as exc:
-                raise trace_error(exc, self.store.traces_dir / trace_id) from exc
-
+        """A result model from memory, else from the store, else ``compute()``d once (a job that
+        answers JSON, which is stored so it survives restarts). ``check`` runs before the store
+        is asked, so a stored result never answers a request it refuses."""
         memo_key = (kind, trace_id, key) if key else (kind, trace_id)
         hit = self.peek(*memo_key)
         if hit is not None:
             return hit
         if check is not None:
             check()
-        body = self._cached(trace_id, kind, key, as_json)
+        body = self._cached(trace_id, kind, key, compute)
         return self.memo(memo_key, model.model_validate_json(body))
 
     def whatif(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The standard what-if report (``diagnosers.whatif.analyze``), cached."""
         from diagnosers.report import WhatIfReport
-        from diagnosers.whatif import analyze
 
         rec = self.record(trace_id)
+        ref = self.ref(rec)
         return self._result(
             "whatif",
             rec.id,
             "",
-            lambda: analyze(self.trace(rec), progress=progress, engine=self.engine(rec)),
+            lambda: self.run(jobs.whatif_json, ref, progress=progress, affinity=ref.key),
             WhatIfReport,
         )
 
     def scenario(self, trace_id: str, **selector: Any) -> Any:
         """One what-if scenario (``diagnosers.whatif.run_scenario``), cached by its selector."""
         from diagnosers.report import ScenarioResult
-        from diagnosers.whatif import run_scenario
 
         rec = self.record(trace_id)
-
-        def compute() -> Any:
-            try:
-                return run_scenario(self.engine(rec), **selector)
-            except (TraceError, ValueError) as exc:
-                raise ApiError(400, "bad_scenario", str(exc)) from exc
+        ref = self.ref(rec)
 
         def check() -> None:
-            check_selector(self.trace(rec), selector)
+            job = rec.summary["job"]
+            steps = list(rec.summary["steps"])
+            if selector.get("steps") and rec.summary["n_steps"] > len(steps):
+                steps = self.run(jobs.traced_steps, ref, affinity=ref.key)  # the summary keeps 50
+            check_shape(int(job["dp"]), int(job["pp"]), steps, selector)
 
         key = json.dumps(selector, sort_keys=True)
-        return self._result("scenario", rec.id, key, compute, ScenarioResult, check)
+        return self._result(
+            "scenario",
+            rec.id,
+            key,
+            lambda: self.run(jobs.scenario_json, ref, selector, affinity=ref.key),
+            ScenarioResult,
+            check,
+        )
 
     def diagnosis(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The diagnosis (``diagnosers.diagnose.diagnose``) on the cached report, cached."""
-        from diagnosers.diagnose import Diagnosis, diagnose
+        from diagnosers.diagnose import Diagnosis
 
         rec = self.record(trace_id)
+        ref = self.ref(rec)
 
-        def compute() -> Any:
-            report = self.whatif(trace_id, scaled(progress, 0.0, 0.6))
-            return diagnose(
-                self.trace(rec),
-                report=report,
-                engine=self.engine(rec),
-                similar=self.similar_fn(),
-                progress=scaled(progress, 0.6, 1.0),
+        def compute() -> str:
+            self.whatif(trace_id, scaled(progress, 0.0, 0.6))
+            report = self.store.get_result(rec.id, "whatif", "")
+            assert report is not None
+            return self.run(
+                jobs.diagnosis_json, ref, report, progress=scaled(progress, 0.6, 1.0), affinity=ref.key
             )
 
         return self._result("diagnosis", rec.id, "", compute, Diagnosis)
@@ -350,10 +325,7 @@ class Lens:
         The PNG is cached (base64 in the results table) because drawing costs more than the
         lookup; the grid and the matrix come from the cached report.
         """
-        import base64
-
         from diagnosers.heatmap import job_heatmap, step_heatmap
-        from diagnosers.render.png import render_png
         from diagnosers.render.text import render_grid
 
         report = self.whatif(trace_id)
@@ -363,22 +335,12 @@ class Lens:
                 400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(report.steps)}"
             )
         key = "" if step is None else str(step)
-        body = self._cached(trace_id, "heatmap_png", key, lambda: base64.b64encode(render_png(hm)).decode())
+
+        def draw() -> str:
+            return base64.b64encode(self.run(jobs.heatmap_png, hm)).decode()
+
+        body = self._cached(trace_id, "heatmap_png", key, draw)
         return base64.b64decode(body), hm, render_grid(hm)
-
-    def similar_fn(self) -> Callable[..., Any] | None:
-        """``similar(signatures=, limit=)`` over the incident library, or None without one."""
-        if self.library is None:
-            return None
-        from incidents.similar import similar_incidents
-
-        library = self.library
-
-        def similar(**kw: Any) -> Any:
-            # the diagnosis iterates hits with id, title, score, reasons
-            return similar_incidents(library=library, **kw).results
-
-        return similar
 
     def incident_count(self) -> int | None:
         """How many cases the incident library holds, or None when the server runs without one."""

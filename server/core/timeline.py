@@ -1,20 +1,23 @@
-"""Timelines for the surfaces: validate, call ``diagnosers.timeline``, cache (no analysis here).
+"""Timelines for the surfaces: validate, run ``diagnosers.timeline`` as an executor job, cache.
 
 ``timeline_json`` is the Chrome trace-event document of chosen steps (REST
 ``/api/traces/{id}/timeline.json``, the MCP ``trace://{id}/timeline/{steps}`` resource);
 ``timeline_analysis_json`` the critical paths and the time breakdown (``include=timeline``). Both
-are computed on demand only and stored like every other result (kind ``timeline`` /
-``timeline_analysis``, keyed by the steps), so a second read is a lookup.
+are computed on demand only, as jobs on the Lens's executor (pure functions of the trace
+reference, like ``server.core.jobs``), and stored like every other result (kind ``timeline`` /
+``timeline_analysis``, keyed by the steps), so a second read is a lookup. No analysis logic here.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from diagnosers.model import TraceError
-from server.errors import ApiError
-from server.service import Lens, shown_steps
+from server.core.errors import ApiError
+from server.core.jobs import JobContext, TraceRef, worker_context
+from server.core.service import Lens, shown_steps
 
 DEFAULT_STEPS = "default"  # the worst and a typical step
 INCLUDE_CHOICES = ("timeline",)
@@ -55,25 +58,47 @@ def parse_include(raw: str | None) -> list[str]:
     return values
 
 
-def _compute(lens: Lens, trace_id: str, kind: str, steps: list[int] | None, fn: Any) -> str:
+# -- the jobs (picklable: they run in the executor's worker processes) ------------------------
+
+
+def _bad_step(exc: TraceError, steps: list[int]) -> ApiError:
+    return ApiError(400, "bad_step", f"{exc.detail}; traced steps: {shown_steps(steps)}")
+
+
+def chrome_trace_job(ref: TraceRef, steps: list[int] | None, *, ctx: JobContext | None = None) -> str:
+    """The Chrome trace-event JSON of ``steps`` (``diagnosers.timeline.chrome_trace``)."""
+    from diagnosers.timeline import chrome_trace
+
+    eng = (ctx or worker_context()).engine(ref)
+    try:
+        doc = chrome_trace(eng, steps)
+    except TraceError as exc:
+        raise _bad_step(exc, eng.steps) from exc
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+def timeline_analysis_job(ref: TraceRef, steps: list[int] | None, *, ctx: JobContext | None = None) -> str:
+    """``TimelineAnalysis`` JSON of ``steps`` (``diagnosers.timeline.analyze_timeline``)."""
+    from diagnosers.timeline import analyze_timeline
+
+    eng = (ctx or worker_context()).engine(ref)
+    try:
+        return analyze_timeline(eng, steps).model_dump_json()
+    except TraceError as exc:
+        raise _bad_step(exc, eng.steps) from exc
+
+
+# -- the glue ----------------------------------------------------------------------------------
+
+
+def _stored(lens: Lens, trace_id: str, kind: str, steps: list[int] | None, job: Callable[..., str]) -> str:
     rec = lens.record(trace_id)
-
-    def compute() -> str:
-        eng = lens.engine(rec)
-        try:
-            return str(fn(eng, steps))
-        except TraceError as exc:
-            if exc.step is not None or "steps asked for" in str(exc):
-                raise ApiError(
-                    400, "bad_step", f"{exc.detail}; traced steps: {shown_steps(eng.steps)}"
-                ) from exc
-            raise
-
     key = steps_key(steps)
     hit = lens.peek("json", kind, rec.id, key)
     if hit is not None:
         return str(hit)
-    body = lens._cached(rec.id, kind, key, compute)
+    ref = lens.ref(rec)
+    body = lens._cached(rec.id, kind, key, lambda: lens.run(job, ref, steps, affinity=ref.key))
     if len(body) <= MEMO_MAX_BYTES:  # larger documents are read from the store each time
         lens.memo(("json", kind, rec.id, key), body)
     return body
@@ -81,24 +106,12 @@ def _compute(lens: Lens, trace_id: str, kind: str, steps: list[int] | None, fn: 
 
 def timeline_json(lens: Lens, trace_id: str, steps: list[int] | None = None) -> str:
     """The Chrome trace-event JSON of ``steps`` (default: the worst and a typical step)."""
-    from diagnosers.timeline import chrome_trace
-
-    return _compute(
-        lens,
-        trace_id,
-        "timeline",
-        steps,
-        lambda eng, s: json.dumps(chrome_trace(eng, s), separators=(",", ":"), allow_nan=False),
-    )
+    return _stored(lens, trace_id, "timeline", steps, chrome_trace_job)
 
 
 def timeline_analysis_json(lens: Lens, trace_id: str, steps: list[int] | None = None) -> str:
     """``TimelineAnalysis`` JSON of ``steps`` (default here: every traced step)."""
-    from diagnosers.timeline import analyze_timeline
-
-    return _compute(
-        lens, trace_id, "timeline_analysis", steps, lambda eng, s: analyze_timeline(eng, s).model_dump_json()
-    )
+    return _stored(lens, trace_id, "timeline_analysis", steps, timeline_analysis_job)
 
 
 def whatif_with(lens: Lens, trace_id: str, include: list[str]) -> str:
@@ -106,7 +119,7 @@ def whatif_with(lens: Lens, trace_id: str, include: list[str]) -> str:
     body = lens.result_json("whatif", trace_id)
     if not include:
         return body
-    doc = json.loads(body)
+    doc: dict[str, Any] = json.loads(body)
     if "timeline" in include:
         doc["timeline"] = json.loads(timeline_analysis_json(lens, trace_id))
     return json.dumps(doc)

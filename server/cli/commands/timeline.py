@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from server.commands.trace_args import add_read_arguments
+from server.cli.commands.trace_args import add_read_arguments
 
 
 def step_list(text: str) -> list[int]:
@@ -54,7 +54,7 @@ def handle(args: argparse.Namespace) -> int:
     from diagnosers.readers import load_trace
     from diagnosers.timeline import analyze_timeline, chrome_trace
     from diagnosers.whatif import build_engine
-    from server.commands.trace_args import read_options
+    from server.cli.commands.trace_args import read_options
 
     trace = load_trace(args.paths, read_options(args))
     eng = build_engine(trace)
