@@ -233,47 +233,54 @@ def path_cells(
     order the graph does not hold, e.g. a receive posted only after the previous backward).
     """
     n, d_all = np.broadcast_shapes(start.shape, end.shape, launch.shape)
-    start = np.broadcast_to(start, (n, d_all))
-    end = np.broadcast_to(end, (n, d_all))
-    launch = np.broadcast_to(launch, (n, d_all))
-    v, d = (int(x) for x in np.unravel_index(int(np.argmax(end)), end.shape))
+    end_a = np.broadcast_to(end, (n, d_all))
+    # plain lists: the walk makes a few small look-ups per op, where numpy's call overhead dominates
+    S = np.broadcast_to(start, (n, d_all)).tolist()
+    E = end_a.tolist()
+    group = t.group.tolist()
+    compute = _IS_COMPUTE[t.optype].tolist()
+    v, d = (int(x) for x in np.unravel_index(int(np.argmax(end_a)), end_a.shape))
     out: list[tuple[int, int, SegmentKind, float, float]] = []
     seen = {(v, d)}
     by_stage = [np.flatnonzero(t.stage == s) for s in range(t.pp)] if same_worker else []
     while True:
-        g = int(t.group[v])
-        kind: SegmentKind = "compute" if _IS_COMPUTE[int(t.optype[v])] else "communication"
+        g = group[v]
         if g < 0:
-            out.append((v, d, kind, float(start[v, d]), float(end[v, d])))
+            out.append((v, d, "compute" if compute[v] else "communication", S[v][d], E[v][d]))
         else:
-            members = t.groups[g]
-            cols = list(range(d_all)) if t.group_dp_sync[g] else [d]
-            sub = start[np.ix_(members, cols)]
-            i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
-            eff = float(sub[i, j])
-            out.append((v, d, "communication", eff, float(end[v, d])))
-            m, dm = members[int(i)], cols[int(j)]
+            # the member (and DP rank) that started last; the first one on ties, row-major
+            cols = range(d_all) if t.group_dp_sync[g] else (d,)
+            m, dm = v, d
+            eff = -np.inf
+            for x in t.groups[g]:
+                row = S[x]
+                for c in cols:
+                    if row[c] > eff:
+                        eff, m, dm = row[c], x, c
+            out.append((v, d, "communication", eff, E[v][d]))
             if (m, dm) != (v, d):
                 out.append((m, dm, "group-entry", eff, eff))
             v, d = m, dm
             seen.add((v, d))
         deps = t.deps[v]
-        s_v = float(start[v, d])
+        s_v = S[v][d]
         if not deps:
             if s_v > MIN_GAP:
                 out.append((v, d, "launch-gap", 0.0, s_v))
             break
-        ends = end[deps, d]
-        u = deps[int(np.argmax(ends))]
-        e_u = float(end[u, d])
+        u = deps[0]
+        e_u = E[u][d]
+        for x in deps[1:]:
+            if E[x][d] > e_u:
+                u, e_u = x, E[x][d]
         if same_worker and s_v - e_u > MIN_GAP:
             w = by_stage[int(t.stage[v])]
-            we = end[w, d]
+            we = end_a[w, d]
             ok = (we > e_u) & (we <= s_v + EPS_MATCH)  # recorded ends may trail by clock noise
             if ok.any():
                 x = int(w[int(np.argmax(np.where(ok, we, -np.inf)))])
                 if (x, d) not in seen:
-                    u, e_u = x, float(end[x, d])
+                    u, e_u = x, E[x][d]
         if s_v - e_u > MIN_GAP:
             out.append((v, d, "launch-gap", e_u, s_v))
         seen.add((u, d))
@@ -440,9 +447,11 @@ def analyze_timeline(eng: WhatIfEngine, steps: Sequence[int] | None = None) -> T
     lab = _Labels.of(eng)
     replay, ideal, recorded = replay_run(eng), straggler_free_run(eng), recorded_run(eng)
     paths: list[CriticalPath] = []
+    free: CriticalPath | None = None  # the straggler-free run is the same in every step
     for i in idx:
         paths.append(critical_path(eng, replay, i, "actual", lab))
-        paths.append(critical_path(eng, ideal, i, "straggler-free", lab))
+        free = free or critical_path(eng, ideal, i, "straggler-free", lab)
+        paths.append(free.model_copy(update={"step": eng.steps[i]}))
     actual_b = time_breakdown(t, recorded)
     ideal_b = time_breakdown(t, ideal)  # (4, pp, 1, 1)
     rows: list[WorkerTime] = []
