@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from diagnosers.kernel_graph import ExplicitGraph
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, read_failure
+from diagnosers.readers import ReadOptions, kineto_kernels, read_failure
 from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -572,6 +573,15 @@ def _infer_pipeline(files: Sequence[RankFile], options: ReadOptions, layout: Lay
 
 def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any], JobMeta, list[str]]:
     """Parse the files into raw op columns (names not yet mapped), job meta and notes."""
+    columns, meta, notes, _graph = collect_job(paths, options)
+    return columns, meta, notes
+
+
+def collect_job(
+    paths: Sequence[Path], options: ReadOptions
+) -> tuple[dict[str, Any], JobMeta, list[str], ExplicitGraph | None]:
+    """:func:`collect` plus the explicit dependency graph of the kernel-level model (None for the
+    named-span and phase models)."""
     if not paths:
         raise TraceError("no Kineto trace files given")
     files = [parse_file(p, i) for i, p in enumerate(paths)]
@@ -658,6 +668,10 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                 "be linked (stage boundaries are not recoverable from kernels); a plain data-parallel "
                 "trace needs pp = 1; " + _describe_names(kept)
             )
+        kernel = None if options.extra.get("kineto_model") == "phases" else _kernel_level(
+            kept, layout, options, notes)
+        if kernel is not None:
+            return kernel
         note_set: set[str] = set()
         per_rank = [(f, plain_ops(f, note_set)) for f in kept]
         notes.extend(sorted(note_set))
@@ -709,7 +723,51 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
         source_format="kineto",
         **meta_kw,
     )
-    return columns, meta, notes
+    return columns, meta, notes, None
+
+
+def _kernel_level(
+    kept: Sequence[RankFile], layout: Layout, options: ReadOptions, notes: list[str]
+) -> tuple[dict[str, Any], JobMeta, list[str], ExplicitGraph] | None:
+    """The kernel-level model (:mod:`diagnosers.readers.kineto_kernels`) of a trace without named
+    spans, or None (with a note) when the ranks do not share one kernel structure, so the phase
+    model is used instead."""
+    rank_steps = []
+    for f in kept:
+        rs = kineto_kernels.gpu_rank_steps(f)
+        rank_steps.append(rs if rs is not None else kineto_kernels.cpu_rank_steps(f))
+    step_ids = {f.rank: _step_ids(f) for f in kept}
+    common = set.intersection(*(set(v) for v in step_ids.values()))
+    if not common:
+        raise TraceError(
+            "the rank files share no profiled step (ProfilerStep#N): "
+            + "; ".join(f"rank {r}: {v}" for r, v in sorted(step_ids.items()))
+        )
+    coords = {f.rank: layout.coords[f.rank] for f in kept}
+    try:
+        cols, graph, knotes = kineto_kernels.build(
+            rank_steps, step_ids, {r: c for r, c in coords.items() if c is not None},
+            {f.rank: f.origin for f in kept}, common)
+    except TraceError as exc:
+        notes.append(f"kernel-level model not used ({exc}); falling back to forward / backward / "
+                     "optimizer phases")
+        return None
+    all_steps = set().union(*(set(v) for v in step_ids.values()))
+    if all_steps - common:
+        notes.append(f"dropped steps not profiled on every rank: {sorted(all_steps - common)}")
+    notes.append(
+        f"job model: {graph.model} ({graph.why}): per rank, GPU kernels (or CPU ops) in launch "
+        "order grouped into compute segments between collectives, collectives matched across ranks, "
+        "dependencies from stream order, stream waits and synchronisations"
+    )
+    notes.extend(knotes)
+    columns: dict[str, Any] = columns_from_lists(cols)
+    columns["seq_id"] = np.asarray(cols["seq_id"], dtype=np.int64)
+    meta_kw: dict[str, Any] = {
+        k: v for k, v in options.overrides().items() if k not in ("dp", "pp", "tp", "cp")
+    }
+    meta = JobMeta(dp=layout.dp, pp=1, tp=layout.tp, cp=layout.cp, source_format="kineto", **meta_kw)
+    return columns, meta, notes, graph
 
 
 def _ranges(values: Sequence[int]) -> str:
@@ -734,8 +792,9 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     from diagnosers.readers.normalize import normalize
 
     options = options_with_meta(options)
-    columns, meta, notes = collect(paths, options)
+    columns, meta, notes, graph = collect_job(paths, options)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent} ({len(paths)} Kineto files)"
     trace = normalize(columns, meta, source=source, strict_names=True)
     trace.notes = notes + trace.notes
+    trace.graph = graph
     return trace

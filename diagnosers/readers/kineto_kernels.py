@@ -1,0 +1,493 @@
+"""Kernel-level job model for PyTorch profiler traces without Megatron / NDTimeline span names.
+
+Chosen by :mod:`diagnosers.readers.kineto` when no named spans exist (plain DDP, FSDP, DLRM-style
+jobs). Per rank and profiled step (``ProfilerStep#N``) the trace is read as an ordered list of
+*items* in launch order (CPU launch time, joined to the GPU activity on ``correlation``):
+
+- a **compute segment**: a maximal run of non-communication GPU work (kernels, memcpy, memset, on
+  any non-NCCL stream) between two collective launches, a phase change (forward / backward /
+  optimizer, from ``## backward ##`` / autograd-engine / ``Optimizer.step#`` evidence) or a stream
+  wait that consumes a collective's result. Its op type (the pool its ideal duration is taken
+  over) is the phase plus the multiset of kernel names and their enclosing CPU ops;
+- a **collective**: one NCCL kernel of either naming era (``ncclKernel_*`` <= 2.18,
+  ``ncclDevKernel_*`` >= 2.19, ``ncclSymk*``), typed by ``Collective name`` when recorded and by
+  the kernel name otherwise, keyed by ``Process Group Name`` and message size where recorded.
+  Collectives are matched across ranks by their position in the per-rank list, i.e. per-group
+  order and kind (the structure must agree on every rank and step, checked).
+
+CPU / gloo traces (no GPU activity) use the same model: compute segments are runs of CPU ops,
+collectives are the ``gloo:*`` / ``nccl:*`` annotations (launched at their ``c10d::*`` enqueue op).
+
+Dependencies (one graph per step, the same for every rank, as in the method):
+
+- segments form one chain (the rank's compute lane); collectives on one comm stream form a FIFO;
+- a collective waits for the segment launched before it (c10d makes the comm stream wait on the
+  compute stream at launch);
+- a segment waits for the collectives whose results it consumes: those launched before a stream
+  wait (``cudaStreamWaitEvent``, not the one directly before a collective launch) or a
+  synchronisation (``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` / ``cudaEventSynchronize``)
+  that precedes its first launch, and every pending collective at the optimizer's first segment;
+  an edge is kept only where the collective ended before the segment started on every rank/step.
+
+So DDP's bucketed all-reduce runs beside the backward segments (each bucket after the segment that
+produced it, the optimizer after all of them) and FSDP's per-unit all-gather / reduce-scatter
+overlap compute the same way: overlap, not a serial chain. A collective's transfer time is its end
+minus the latest start of any rank's member (METHOD.md A3).
+
+CPU launch gaps: a segment's time runs from when it could start (its lane predecessor's end or its
+consumed collectives' end) to its last activity's end, extended to the next collective's launch
+when the CPU launches that later; GPU idle inside it (waiting for the CPU to launch) is its
+host-bound time, reported in the notes. So a slow CPU (GC pause, Python overhead) shows up as a
+long segment on its rank, and time before a rank's first launch in a step (a dataloader stall)
+stays unexplained launch delay, as the method treats it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.kernel_graph import ExplicitGraph
+from diagnosers.model import OPTYPE_CODE, TraceError
+
+KERNEL_MODEL = "kernel-level"
+COMM_KERNEL_RE = re.compile(r"^(?:nccl|rccl|hccl)|ncclKernel|ncclDevKernel|ncclSymk", re.IGNORECASE)
+KERNEL_OP_RE = re.compile(r"nccl(?:Symk)?(?:Dev)?Kernel_([A-Za-z]+)")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
+WAIT_NAMES = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
+SYNC_NAMES = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+})
+GLOO_P2P = frozenset({"gloo:send", "gloo:recv", "nccl:send", "nccl:recv"})
+COMM_CPU_PREFIXES = ("gloo:", "nccl:")
+NON_COMPUTE_CPU_PREFIXES = ("c10d::", "record_param_comms", "ProfilerStep", "gloo:", "nccl:",
+                            "Optimizer.", "DistributedDataParallel.", "FullyShardedDataParallel.")
+ENQUEUE_PREFIX = "c10d::"
+TIME_EPS = 1e-4  # s; a consumed collective may end this much after the consumer starts (clock skew)
+NAME_CHARS = 60  # kernel names are cut to this many characters in op-type keys
+
+_PHASE_TYPE = ("forward-compute", "backward-compute", "optimizer")
+_FWD, _BWD, _OPT = 0, 1, 2
+
+
+@dataclass
+class Item:
+    """One node of one rank's step: a compute segment or a collective, in launch order."""
+
+    coll: bool
+    phase: int
+    launch: float  # first launch (s, file time)
+    last_launch: float
+    start: float
+    end: float
+    busy: float = 0.0
+    key: str = ""
+    stream: Any = None
+    consumes: bool = False  # a consuming stream wait / sync precedes its first launch
+    kind: str = ""
+
+
+@dataclass
+class RankSteps:
+    """Per profiled step (by index into the file's steps): the rank's items."""
+
+    rank: int
+    steps: list[list[Item]] = field(default_factory=list)
+    entry: list[float] = field(default_factory=list)  # per step: when the rank's step work began
+
+
+DATALOADER_RE = re.compile(r"DataLoader|dataloader|_next_data|fetch_batch", re.IGNORECASE)
+
+
+def _entries(f: Any, out: RankSteps) -> None:
+    """Per step, when the rank began it: ``ProfilerStep#N`` start, or the end of a dataloader op
+    (``enumerate(DataLoader)#...__next__``) before the first launch, whichever is later. The wait
+    for input stays launch delay outside the graph (a dataloader stall); the host work before the
+    first launch belongs to the first segment."""
+    from diagnosers.readers.kineto import _name_mask
+
+    dl = np.flatnonzero(np.isin(f.cat, ["user_annotation", "cpu_op", "python_function"])
+                        & _name_mask(f, lambda x: bool(DATALOADER_RE.search(x))))
+    ends = f.ts[dl] + f.dur[dl]
+    for si, items in enumerate(out.steps):
+        t0 = f.steps[si][1] if f.steps else (items[0].start if items else 0.0)
+        first = items[0].launch if items else t0
+        before = ends[(ends <= first) & (ends >= t0)]
+        out.entry.append(float(max(t0, before.max())) if len(before) else float(t0))
+
+
+def _phase_bounds(f: Any, n_steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per step: the first backward and the first optimizer time (inf when absent)."""
+    from diagnosers.readers.kineto import (
+        AUTOGRAD_PREFIX,
+        BACKWARD_ANNOTATION_RE,
+        OPTIMIZER_ANNOTATION_RE,
+        _name_mask,
+        _step_of,
+    )
+
+    ann = np.isin(f.cat, ["user_annotation", "cpu_op"])
+    bwd = ann & _name_mask(
+        f, lambda x: bool(BACKWARD_ANNOTATION_RE.search(x)) or x.startswith(AUTOGRAD_PREFIX))
+    opt = ann & _name_mask(f, lambda x: bool(OPTIMIZER_ANNOTATION_RE.search(x)))
+    b0 = np.full(n_steps, np.inf)
+    o0 = np.full(n_steps, np.inf)
+    for mask, arr in ((bwd, b0), (opt, o0)):
+        idx = np.flatnonzero(mask)
+        st = _step_of(f, f.ts[idx], extend=False)
+        ok = st >= 0
+        np.minimum.at(arr, st[ok], f.ts[idx][ok])
+    return b0, o0
+
+
+def _coll_kind(name: str, args: dict[str, Any]) -> str:
+    op = args.get("Collective name")
+    if op is None:
+        m = KERNEL_OP_RE.search(name)
+        op = m.group(1) if m else name.split("(")[0][:NAME_CHARS]
+    return str(op)
+
+
+def _coll_key(kind: str, args: dict[str, Any]) -> str:
+    parts = [kind]
+    for k in ("Process Group Name", "In msg nelems", "Out msg nelems", "dtype"):
+        if k in args:
+            parts.append(f"{k}={args[k]}")
+    return " ".join(parts)
+
+
+def gpu_rank_steps(f: Any) -> RankSteps | None:
+    """Items of a trace with GPU activity, or None when it has none."""
+    from diagnosers.readers.kineto import _step_of
+
+    gpu = np.flatnonzero(np.isin(f.cat, GPU_CATS))
+    if not len(gpu):
+        return None
+    n_steps = max(len(f.steps), 1)
+    runtime = np.flatnonzero(np.isin(f.cat, RUNTIME_CATS))
+    launch_of: dict[Any, float] = {}
+    ext_of: dict[Any, Any] = {}
+    waits: list[float] = []
+    for i in runtime:
+        a = f.args[i]
+        nm = str(f.name[i])
+        if nm in WAIT_NAMES or nm in SYNC_NAMES:
+            waits.append(float(f.ts[i]))
+        c = a.get("correlation")
+        if c is not None:
+            launch_of[c] = float(f.ts[i])
+            ext_of[c] = a.get("External id")
+    cpu_name: dict[Any, str] = {}
+    for i in np.flatnonzero(f.cat == "cpu_op"):
+        e = f.args[i].get("External id")
+        if e is not None:
+            cpu_name.setdefault(e, str(f.name[i]))
+    corr = [f.args[i].get("correlation") for i in gpu]
+    t_launch = np.array([launch_of.get(c, float(f.ts[i])) for c, i in zip(corr, gpu, strict=True)])
+    step = _step_of(f, t_launch, extend=False)
+    b0, o0 = _phase_bounds(f, n_steps)
+    keep = step >= 0
+    gpu, t_launch, step = gpu[keep], t_launch[keep], step[keep]
+    corr = [c for c, k in zip(corr, keep, strict=True) if k]
+    order = np.lexsort((np.arange(len(gpu)), t_launch))
+    names = [str(f.name[i]) for i in gpu]
+    is_comm = np.array([f.cat[i] == "kernel" and bool(COMM_KERNEL_RE.search(n))
+                        for i, n in zip(gpu, names, strict=True)], dtype=bool)
+    # a wait consumes a result unless the next launch after it is a collective (c10d's
+    # comm-stream-waits-for-compute wait)
+    sorted_launch = t_launch[order]
+    consumed_at = np.zeros(len(gpu), dtype=bool)
+    if waits:
+        pos = np.searchsorted(sorted_launch, np.asarray(waits), side="left")
+        for p in pos[pos < len(order)]:
+            j = order[p]
+            if not is_comm[j]:
+                consumed_at[j] = True
+    out = RankSteps(f.rank, [[] for _ in range(n_steps)])
+    cur: dict[int, Item | None] = {}
+    cur_names: dict[int, Counter[str]] = {}
+    for j in order:
+        i = gpu[j]
+        s = int(step[j])
+        tl = float(t_launch[j])
+        ph = _FWD
+        if tl >= o0[s]:
+            ph = _OPT
+        elif tl >= b0[s]:
+            ph = _BWD
+        t0, t1 = float(f.ts[i]), float(f.ts[i] + f.dur[i])
+        items = out.steps[s]
+        if is_comm[j]:
+            _close(items, cur, cur_names, s)
+            a = f.args[i]
+            kind = _coll_kind(names[j], a)
+            items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=_coll_key(kind, a),
+                              stream=a.get("stream", f.tid[i]), kind=kind))
+            continue
+        seg = cur.get(s)
+        pending = any(it.coll for it in items[_last_seg_index(items) + 1:]) if items else False
+        if seg is not None and (seg.phase != ph or (consumed_at[j] and pending)):
+            _close(items, cur, cur_names, s)
+            seg = None
+        if seg is None:
+            seg = Item(False, ph, tl, tl, t0, t1, consumes=bool(consumed_at[j]))
+            cur[s] = seg
+            cur_names[s] = Counter()
+        seg.last_launch = tl
+        seg.start = min(seg.start, t0)
+        seg.end = max(seg.end, t1)
+        seg.busy += t1 - t0
+        enclosing = cpu_name.get(ext_of.get(corr[j]), "")
+        cur_names[s][f"{names[j][:NAME_CHARS]}@{enclosing}"] += 1
+    for s in range(n_steps):
+        _close(out.steps[s], cur, cur_names, s)
+    _entries(f, out)
+    return out
+
+
+def _last_seg_index(items: list[Item]) -> int:
+    for k in range(len(items) - 1, -1, -1):
+        if not items[k].coll:
+            return k
+    return -1
+
+
+def _close(items: list[Item], cur: dict[int, Item | None], names: dict[int, Counter[str]], s: int) -> None:
+    seg = cur.get(s)
+    if seg is None:
+        return
+    c = names.get(s, Counter())
+    seg.key = _PHASE_TYPE[seg.phase] + ": " + ", ".join(f"{n} x{k}" for n, k in sorted(c.items()))
+    items.append(seg)
+    cur[s] = None
+
+
+def cpu_rank_steps(f: Any) -> RankSteps:
+    """Items of a CPU-only (gloo) trace: runs of CPU ops and ``gloo:*`` / ``nccl:*`` collectives."""
+    from diagnosers.readers.kineto import _name_mask, _step_of
+
+    n_steps = max(len(f.steps), 1)
+    b0, o0 = _phase_bounds(f, n_steps)
+    cpu = f.cat == "cpu_op"
+    comp = np.flatnonzero(cpu & ~_name_mask(f, lambda x: x.startswith(NON_COMPUTE_CPU_PREFIXES)))
+    coll = np.flatnonzero((f.cat == "user_annotation") & _name_mask(
+        f, lambda x: x.startswith(COMM_CPU_PREFIXES) and x not in GLOO_P2P))
+    enq = np.flatnonzero(cpu & _name_mask(
+        f, lambda x: x.startswith(ENQUEUE_PREFIX) and x not in ("c10d::send", "c10d::recv_")))
+    coll = coll[np.argsort(f.ts[coll], kind="stable")]
+    enq = enq[np.argsort(f.ts[enq], kind="stable")]
+    # the enqueue op is the collective's launch when the counts pair them up one to one
+    c_launch = f.ts[enq] if len(enq) == len(coll) else f.ts[coll]
+    ev_t = np.concatenate([f.ts[comp], c_launch])
+    ev_i = np.concatenate([comp, coll])
+    ev_c = np.concatenate([np.zeros(len(comp), bool), np.ones(len(coll), bool)])
+    order = np.lexsort((ev_c, ev_t))
+    step = _step_of(f, ev_t, extend=False)
+    out = RankSteps(f.rank, [[] for _ in range(n_steps)])
+    cur: dict[int, Item | None] = {}
+    cur_names: dict[int, Counter[str]] = {}
+    for j in order:
+        s = int(step[j])
+        if s < 0:
+            continue
+        i = ev_i[j]
+        tl = float(ev_t[j])
+        ph = _OPT if tl >= o0[s] else _BWD if tl >= b0[s] else _FWD
+        t0, t1 = float(f.ts[i]), float(f.ts[i] + f.dur[i])
+        items = out.steps[s]
+        if ev_c[j]:
+            _close(items, cur, cur_names, s)
+            kind = str(f.name[i])
+            items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=kind, stream=f.tid[i], kind=kind))
+            continue
+        seg = cur.get(s)
+        if seg is not None and seg.phase != ph:
+            _close(items, cur, cur_names, s)
+            seg = None
+        if seg is None:
+            seg = Item(False, ph, tl, tl, t0, t1)
+            cur[s] = seg
+            cur_names[s] = Counter()
+        seg.last_launch = tl
+        seg.start = min(seg.start, t0)
+        seg.end = max(seg.end, t1)
+        seg.busy += t1 - t0
+        cur_names[s][str(f.name[i])[:NAME_CHARS]] += 1
+    for s in range(n_steps):
+        _close(out.steps[s], cur, cur_names, s)
+    _entries(f, out)
+    return out
+
+
+def _structure(items: list[Item]) -> list[tuple[bool, int, str]]:
+    return [(it.coll, it.phase, it.kind) for it in items]
+
+
+def _graph_edges(
+    template: list[Item], per_cell: list[list[Item]]
+) -> tuple[list[list[int]], list[list[int]]]:
+    """(deps, consumed collectives) per node of the common structure, timing-checked on every cell."""
+    n = len(template)
+    deps: list[list[int]] = [[] for _ in range(n)]
+    consumed: list[list[int]] = [[] for _ in range(n)]
+    last_seg = -1
+    last_on_stream: dict[Any, int] = {}
+    pending: list[int] = []
+    for k, it in enumerate(template):
+        if it.coll:
+            if last_seg >= 0:
+                deps[k].append(last_seg)
+            prev = last_on_stream.get(it.stream)
+            if prev is not None:
+                deps[k].append(prev)
+            last_on_stream[it.stream] = k
+            pending.append(k)
+            continue
+        if last_seg >= 0:
+            deps[k].append(last_seg)
+        if pending and (it.consumes or (it.phase == _OPT and template[last_seg].phase != _OPT)):
+            ok = [c for c in pending
+                  if all(cell[c].end <= cell[k].start + TIME_EPS for cell in per_cell)]
+            consumed[k] = ok
+            deps[k].extend(ok)
+            pending = [c for c in pending if c not in ok]
+        last_seg = k
+    return deps, consumed
+
+
+def build(
+    rank_steps: Sequence[RankSteps], step_ids: dict[int, list[int]], coords: dict[int, tuple[int, int]],
+    origins: dict[int, float], common: set[int],
+) -> tuple[dict[str, list[Any]], ExplicitGraph, list[str]]:
+    """Op-table columns (one row per item and rank-step) and the explicit graph.
+
+    ``step_ids[rank]`` maps step index to step number; only steps in ``common`` are kept. Raises
+    ``TraceError`` when ranks or steps do not share one item structure (naming the first place)."""
+    cells: list[tuple[int, int, list[Item]]] = []
+    entry: dict[tuple[int, int], float] = {}
+    for rs in rank_steps:
+        for si, items in enumerate(rs.steps):
+            sid = step_ids[rs.rank][si] if si < len(step_ids[rs.rank]) else si
+            if sid in common:
+                cells.append((rs.rank, sid, items))
+                entry[(rs.rank, sid)] = rs.entry[si] if si < len(rs.entry) else items[0].start
+    if not cells:
+        raise TraceError("no GPU kernels or CPU ops inside the profiled steps")
+    ref_rank, ref_step, ref = cells[0]
+    ref_struct = _structure(ref)
+    if not ref:
+        raise TraceError("no kernels or CPU ops in the profiled step", rank=ref_rank, step=ref_step)
+    for rank, sid, items in cells[1:]:
+        st = _structure(items)
+        if st != ref_struct:
+            pos = next((i for i, (a, b) in enumerate(zip(st, ref_struct, strict=False)) if a != b),
+                       min(len(st), len(ref_struct)))
+            raise TraceError(
+                f"the kernel-level structure differs: {len(st)} items vs {len(ref_struct)} on rank "
+                f"{ref_rank} step {ref_step}, first difference at item {pos}",
+                rank=rank, step=sid,
+            )
+    per_cell = [items for _, _, items in cells]
+    deps, consumed = _graph_edges(ref, per_cell)
+    names: list[str] = []
+    seqs: list[int] = []
+    counter: Counter[str] = Counter()
+    for it in ref:
+        nm = ("params-all-gather" if it.phase == _FWD else "grads-reduce-scatter") if it.coll \
+            else _PHASE_TYPE[it.phase]
+        names.append(nm)
+        seqs.append(counter[nm])
+        counter[nm] += 1
+    keys = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
+    cols: dict[str, list[Any]] = {k: [] for k in keys}
+    host_idle = 0.0
+    seg_time = 0.0
+    for rank, sid, items in cells:
+        d = coords[rank][0]
+        org = origins[rank]
+        ends: list[float] = []
+        for k, it in enumerate(items):
+            if it.coll:
+                start, end = it.start, it.end
+            else:
+                ready = max((ends[u] for u in deps[k]), default=min(entry[(rank, sid)], it.start))
+                start = ready if ready <= it.start else it.start
+                end = it.end
+                nxt = items[k + 1] if k + 1 < len(items) else None
+                if nxt is not None and nxt.coll:
+                    end = max(end, min(nxt.start, nxt.launch))
+                host_idle += max(0.0, (end - start) - it.busy)
+                seg_time += end - start
+            ends.append(end)
+            cols["dp_rank"].append(d)
+            cols["stage"].append(0)
+            cols["rank"].append(rank)
+            cols["step"].append(sid)
+            cols["optype"].append(names[k])
+            cols["start_ts"].append(start + org)
+            cols["duration"].append(end - start)
+            cols["seq_id"].append(seqs[k])
+    n_coll = sum(it.coll for it in ref)
+    spread_notes = _entry_spread(entry, origins, cells)
+    kinds = Counter(it.kind for it in ref if it.coll)
+    notes = [
+        f"kernel-level model: {len(ref) - n_coll} compute segments and {n_coll} collectives per rank "
+        "and step (" + (", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())) or "no collectives")
+        + "), matched across ranks by per-rank order; collectives overlap compute where the trace "
+        f"shows it ({sum(len(c) for c in consumed)} consuming waits)",
+        f"host-bound share of compute segments: {host_idle / seg_time:.0%} of their time the device "
+        "waited for the CPU to launch work (CPU launch gaps via correlation ids)" if seg_time > 0
+        else "no compute segment time",
+        *spread_notes,
+    ]
+    graph = ExplicitGraph(
+        nodes=[(OPTYPE_CODE[nm], q) for nm, q in zip(names, seqs, strict=True)],
+        deps=deps,
+        collective=[it.coll for it in ref],
+        pool=[it.key + f" [{nm}]" for it, nm in zip(ref, names, strict=True)],
+        model=KERNEL_MODEL,
+        why="no record_function spans with Megatron/NDTimeline names",
+    )
+    return cols, graph, notes
+
+
+ENTRY_SPREAD_NOTE = 0.02  # a spread of rank step entries above this share of the step is reported
+
+
+def _entry_spread(
+    entry: dict[tuple[int, int], float], origins: dict[int, float], cells: list[tuple[int, int, list[Item]]]
+) -> list[str]:
+    """Notes on steps whose ranks began at different times: the lag of a late rank comes from
+    before the traced step (its previous step or the time before profiling), which no op of the
+    traced step explains; it shows as simulation error."""
+    out: list[str] = []
+    by_step: dict[int, dict[int, float]] = {}
+    ends: dict[int, float] = {}
+    for rank, sid, items in cells:
+        by_step.setdefault(sid, {})[rank] = entry[(rank, sid)] + origins[rank]
+        last = max(it.end for it in items) + origins[rank]
+        ends[sid] = max(ends.get(sid, -np.inf), last)
+    for sid, per in sorted(by_step.items()):
+        t0 = min(per.values())
+        spread = max(per.values()) - t0
+        span = ends[sid] - t0
+        if span > 0 and spread > ENTRY_SPREAD_NOTE * span:
+            late = sorted(per, key=lambda r: -per[r])[:3]
+            out.append(
+                f"unexplained part of step {sid}: its ranks began their work in it (after "
+                f"ProfilerStep start and any dataloader wait) up to {spread * 1e3:.2f} ms apart "
+                f"({spread / span:.0%} of the step; latest: "
+                + ", ".join(f"rank {r} +{(per[r] - t0) * 1e3:.2f} ms" for r in late)
+                + "); that lag comes from before the traced step, no traced op explains it, and it "
+                "is the simulation error's main part: trace more steps to see where it comes from"
+            )
+    return out
