@@ -314,7 +314,10 @@ def cpu_rank_steps(f: Any) -> RankSteps:
             _close(items, cur, cur_names, s)
             seg = None
         if seg is None:
-            seg = Item(False, ph, tl, tl, t0, t1)
+            # a CPU collective may block the thread until it completes (gloo's work.wait()): the
+            # segment after it may consume it; the timing check in _graph_edges keeps the edge
+            # only where the collective ended before the segment began on every rank and step
+            seg = Item(False, ph, tl, tl, t0, t1, consumes=bool(items) and items[-1].coll)
             cur[s] = seg
             cur_names[s] = Counter()
         seg.last_launch = tl
