@@ -285,12 +285,27 @@ def cpu_rank_steps(f: Any) -> RankSteps:
         f, lambda x: x.startswith(ENQUEUE_PREFIX) and x not in ("c10d::send", "c10d::recv_")))
     coll = coll[np.argsort(f.ts[coll], kind="stable")]
     enq = enq[np.argsort(f.ts[enq], kind="stable")]
-    # the enqueue op is the collective's launch when the counts pair them up one to one
-    c_launch = f.ts[enq] if len(enq) == len(coll) else f.ts[coll]
-    ev_t = np.concatenate([f.ts[comp], c_launch])
-    ev_i = np.concatenate([comp, coll])
-    ev_c = np.concatenate([np.zeros(len(comp), bool), np.ones(len(coll), bool)])
-    order = np.lexsort((ev_c, ev_t))
+    # only what lies in the profiled steps pairs up (DDP broadcasts at start-up, outside them)
+    coll = coll[_step_of(f, f.ts[coll], extend=False) >= 0]
+    enq = enq[_step_of(f, f.ts[enq], extend=False) >= 0]
+    paired = len(enq) == len(coll) and len(enq) > 0
+    if paired:
+        # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
+        # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the
+        # segments, and the enqueue becomes a DP-synchronised node of its own on the thread
+        enclosing = np.zeros(len(f.name), dtype=bool)
+        cand = comp
+        for e in enq:
+            a, b = f.ts[e], f.ts[e] + f.dur[e]
+            enclosing[cand[(f.tid[cand] == f.tid[e]) & (f.ts[cand] <= a) & (f.ts[cand] + f.dur[cand] >= b)]] = True
+        comp = comp[~enclosing[comp]]
+    c_launch = f.ts[enq] if paired else f.ts[coll]
+    kinds = np.zeros(len(comp), dtype=np.int8)  # 0 compute, 1 enqueue, 2 collective
+    ev_t = np.concatenate([f.ts[comp], f.ts[enq] if paired else np.zeros(0), c_launch])
+    ev_i = np.concatenate([comp, enq if paired else np.zeros(0, dtype=np.int64), coll]).astype(np.int64)
+    ev_k = np.concatenate([kinds, np.ones(len(enq) if paired else 0, np.int8), np.full(len(coll), 2, np.int8)])
+    ev_c = ev_k > 0
+    order = np.lexsort((ev_k, ev_t))
     step = _step_of(f, ev_t, extend=False)
     out = RankSteps(f.rank, [[] for _ in range(n_steps)])
     cur: dict[int, Item | None] = {}
@@ -307,7 +322,10 @@ def cpu_rank_steps(f: Any) -> RankSteps:
         if ev_c[j]:
             _close(items, cur, cur_names, s)
             kind = str(f.name[i])
-            items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=kind, stream=f.tid[i], kind=kind))
+            if ev_k[j] == 1:
+                kind = "enqueue " + kind
+            items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=kind,
+                              stream=("enqueue", f.tid[i]) if ev_k[j] == 1 else f.tid[i], kind=kind))
             continue
         seg = cur.get(s)
         if seg is not None and seg.phase != ph:

@@ -97,3 +97,17 @@ def test_real_gloo_dp_recording_without_span_names(tmp_path: Path) -> None:
     _s, err, cause, ranks = _diagnosed(tmp_path / "t")
     assert cause == "faulty-machine" and ranks == [5]  # rank 5 sleeps in every forward
     assert abs(err) <= 0.05
+
+
+PLAIN = DATA / "kineto_plain"
+
+
+def test_real_ddp_recording_gc_pause_found_without_span_names() -> None:
+    truth = json.loads((PLAIN / "ddp-gc-2rank" / "injections.json").read_text())
+    trace = load_trace([PLAIN / "ddp-gc-2rank" / "traces"])
+    assert any("enqueue c10d::allreduce_ x3" in n and "gloo:all_reduce x3" in n for n in trace.notes)
+    report = analyze(trace)
+    dg = diagnose(trace, report)
+    top = dg.causes[0]
+    assert top.id.value == "gc-pause" and list(top.location.ranks) == [truth["gc_rank"]]
+    assert abs(report.simulation_error) <= 0.05
