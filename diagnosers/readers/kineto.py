@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -116,7 +118,7 @@ class RankFile:
     tid: npt.NDArray[np.object_]
     ts: npt.NDArray[np.float64]  # seconds since ``origin``
     dur: npt.NDArray[np.float64]  # seconds
-    args: list[dict[str, Any]]
+    args: LazyArgs
     origin: float = 0.0  # absolute (Unix epoch) seconds of ts == 0
     name_codes: tuple[npt.NDArray[np.str_], npt.NDArray[np.intp]] | None = None  # np.unique cache
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end) as ts
@@ -127,19 +129,115 @@ def _rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class LazyArgs:
+    """Per-event ``args`` dicts decoded on first access (most events' args are never read: the
+    readers look at runtime calls, kernels and a few annotations only)."""
+
+    def __init__(self, raw: list[msgspec.Raw]) -> None:
+        self._raw = raw
+        self._done: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, index: SupportsIndex) -> dict[str, Any]:
+        i = operator.index(index)
+        got = self._done.get(i)
+        if got is None:
+            val = _JSON_DECODER.decode(self._raw[i])
+            got = val if isinstance(val, dict) else {}
+            self._done[i] = got
+        return got
+
+
+class _KeyArgs(msgspec.Struct, gc=False):
+    """The two ``args`` keys every event's join needs, decoded for all events in one call."""
+
+    correlation: Any = None
+    external: Any = msgspec.field(default=None, name="External id")
+
+
+_KEY_DECODER = msgspec.json.Decoder(list[_KeyArgs | None])
+
+
+def key_columns(args: LazyArgs) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per event: ``args.correlation`` and ``args["External id"]`` (NaN where absent), from one
+    batched decode of every event's raw ``args`` (no dict per event)."""
+    raw = args._raw
+    if not raw:
+        return np.zeros(0), np.zeros(0)
+    try:
+        got = _KEY_DECODER.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]")
+    except msgspec.ValidationError:  # an args that is not an object: fall back per event
+        got = [_KeyArgs(a.get("correlation"), a.get("External id"))
+               for a in (args[i] for i in range(len(raw)))]
+    nan = float("nan")
+    corr = np.array([a.correlation if a is not None and type(a.correlation) in (int, float) else nan
+                     for a in got], dtype=np.float64)
+    ext = np.array([a.external if a is not None and type(a.external) in (int, float) else nan
+                    for a in got], dtype=np.float64)
+    return corr, ext
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a trace event the reader uses; others are skipped by the decoder."""
+
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    ts: Any = None
+    dur: Any = 0.0
+    tid: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_Event] | None = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_JSON_DECODER = msgspec.json.Decoder()
+_DOC_DECODER = msgspec.json.Decoder(_Doc)
+_LIST_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    except (OSError, EOFError) as exc:
+        raise TraceError(read_failure(exc), file=str(path)) from exc
+
+
+def _decode_events(path: Path) -> tuple[list[_Event], dict[str, Any]]:
+    """The trace's events (typed, ``args`` left undecoded) and its top-level keys.
+
+    msgspec decodes straight into small structs instead of one dict per event: about twice as
+    fast as ``json.loads`` and a fraction of its memory (see docs/PERFORMANCE.md)."""
+    data = _read_bytes(path)
+    head = data[:256].lstrip(b"\xef\xbb\xbf \t\r\n")
+    try:
+        if head[:1] == b"[":
+            return _LIST_DECODER.decode(data), {}
+        doc = _DOC_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceError(f"not a PyTorch profiler (Kineto) trace: {exc}", file=str(path)) from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError(f"not valid JSON: {exc}", file=str(path)) from exc
+    if doc.traceEvents is None:
+        raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
+    top = {"distributedInfo": doc.distributedInfo, "baseTimeNanoseconds": doc.baseTimeNanoseconds}
+    return doc.traceEvents, top
+
+
 def parse_file(path: Path, fallback_rank: int) -> RankFile:
     """Read one per-rank trace: rank info, complete events in seconds, and step windows."""
-    doc = load_json(path)
-    if isinstance(doc, list):
-        events: Any = doc
-        doc = {}
-    elif isinstance(doc, dict):
-        events = doc.get("traceEvents")
-    else:
-        events = None
-    if not isinstance(events, list):
-        raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
+    events, doc = _decode_events(path)
     dinfo = doc.get("distributedInfo") or {}
+    if not isinstance(dinfo, dict):
+        dinfo = {}
     rank = dinfo.get("rank")
     if not isinstance(rank, int):
         named = _rank_from_name(path)
@@ -148,19 +246,19 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     world = int(world) if isinstance(world, int) and world > 0 else None
     pg_config = [g for g in dinfo.get("pg_config") or [] if isinstance(g, dict)]
 
-    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    xs = [e for e in events if e.ph == "X" and e.ts is not None]
     n = len(xs)
     # one comprehension per field: several times faster than filling arrays event by event
     name = np.empty(n, dtype=object)
-    name[:] = [str(e.get("name", "")) for e in xs]
+    name[:] = [e.name if type(e.name) is str else str(e.name) for e in xs]
     cat = np.empty(n, dtype=object)
-    cat[:] = [_CAT_ALIASES.get(c, c) for c in (str(e.get("cat", "")) for e in xs)]
+    cat[:] = [_CAT_ALIASES.get(c, c) for c in (e.cat if type(e.cat) is str else str(e.cat) for e in xs)]
     tid = np.empty(n, dtype=object)
-    tid[:] = [e.get("tid") for e in xs]
-    args: list[dict[str, Any]] = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
+    tid[:] = [e.tid for e in xs]
+    args = LazyArgs([e.args for e in xs])
     try:
-        ts = np.array([e["ts"] for e in xs], dtype=np.float64)
-        dur = np.array([e.get("dur", 0.0) for e in xs], dtype=np.float64)
+        ts = np.array([e.ts for e in xs], dtype=np.float64)
+        dur = np.array([0.0 if e.dur is None else e.dur for e in xs], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TraceError(f"event with a non-numeric ts/dur: {exc}", file=str(path), rank=rank) from exc
     base_ns = doc.get("baseTimeNanoseconds")

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,7 @@ class Item:
     stream: Any = None
     consumes: bool = False  # a consuming stream wait / sync precedes its first launch
     kind: str = ""
+    key_fn: Callable[[], str] | None = None  # computes ``key`` when needed (template items only)
 
 
 @dataclass
@@ -166,92 +167,104 @@ def _coll_key(kind: str, args: dict[str, Any]) -> str:
 
 
 def gpu_rank_steps(f: Any) -> RankSteps | None:
-    """Items of a trace with GPU activity, or None when it has none."""
-    from diagnosers.readers.kineto import _step_of
+    """Items of a trace with GPU activity, or None when it has none.
+
+    Vectorised over events: item boundaries are flags over the launch-ordered activities, and
+    each item's times are reductions over its run (``np.minimum.reduceat`` ...)."""
+    from diagnosers.readers.kineto import _name_mask, _step_of, key_columns
 
     gpu = np.flatnonzero(np.isin(f.cat, GPU_CATS))
     if not len(gpu):
         return None
     n_steps = max(len(f.steps), 1)
-    runtime = np.flatnonzero(np.isin(f.cat, RUNTIME_CATS))
-    launch_of: dict[Any, float] = {}
-    ext_of: dict[Any, Any] = {}
-    waits: list[float] = []
-    for i in runtime:
-        a = f.args[i]
-        nm = str(f.name[i])
-        if nm in WAIT_NAMES or nm in SYNC_NAMES:
-            waits.append(float(f.ts[i]))
-        c = a.get("correlation")
-        if c is not None:
-            launch_of[c] = float(f.ts[i])
-            ext_of[c] = a.get("External id")
-    cpu_name: dict[Any, str] = {}
-    for i in np.flatnonzero(f.cat == "cpu_op"):
-        e = f.args[i].get("External id")
-        if e is not None:
-            cpu_name.setdefault(e, str(f.name[i]))
-    corr = [f.args[i].get("correlation") for i in gpu]
-    t_launch = np.array([launch_of.get(c, float(f.ts[i])) for c, i in zip(corr, gpu, strict=True)])
+    corr_all, ext_all = key_columns(f.args)
+    runtime = np.flatnonzero(np.isin(f.cat, RUNTIME_CATS) & ~np.isnan(corr_all))
+    waits = f.ts[np.isin(f.cat, RUNTIME_CATS) & _name_mask(f, lambda x: x in WAIT_NAMES or x in SYNC_NAMES)]
+    # launch time and enclosing CPU op of each GPU activity, joined on correlation / External id
+    rc = corr_all[runtime]
+    ro = np.argsort(rc, kind="stable")
+    rc_sorted = rc[ro]
+    gc_ = corr_all[gpu]
+    pos = np.clip(np.searchsorted(rc_sorted, gc_), 0, max(len(rc_sorted) - 1, 0))
+    hit = (len(rc_sorted) > 0) & (rc_sorted[pos] == gc_) if len(rc_sorted) else np.zeros(len(gpu), bool)
+    rt = runtime[ro][pos] if len(rc_sorted) else np.zeros(len(gpu), np.int64)
+    t_launch = np.where(hit, f.ts[rt], f.ts[gpu])
+    launch_ext = np.where(hit, ext_all[rt], np.nan)
     step = _step_of(f, t_launch, extend=False)
     b0, o0 = _phase_bounds(f, n_steps)
     keep = step >= 0
-    gpu, t_launch, step = gpu[keep], t_launch[keep], step[keep]
-    corr = [c for c, k in zip(corr, keep, strict=True) if k]
+    gpu, t_launch, step, launch_ext = gpu[keep], t_launch[keep], step[keep], launch_ext[keep]
     order = np.lexsort((np.arange(len(gpu)), t_launch))
-    names = [str(f.name[i]) for i in gpu]
-    is_comm = np.array([f.cat[i] == "kernel" and bool(COMM_KERNEL_RE.search(n))
-                        for i, n in zip(gpu, names, strict=True)], dtype=bool)
+    gpu, t_launch, step, launch_ext = gpu[order], t_launch[order], step[order], launch_ext[order]
+    is_comm = (f.cat[gpu] == "kernel") & _name_mask(f, lambda x: bool(COMM_KERNEL_RE.search(x)))[gpu]
+    phase = np.where(t_launch >= o0[step], _OPT, np.where(t_launch >= b0[step], _BWD, _FWD))
     # a wait consumes a result unless the next launch after it is a collective (c10d's
     # comm-stream-waits-for-compute wait)
-    sorted_launch = t_launch[order]
-    consumed_at = np.zeros(len(gpu), dtype=bool)
-    if waits:
-        pos = np.searchsorted(sorted_launch, np.asarray(waits), side="left")
-        for p in pos[pos < len(order)]:
-            j = order[p]
-            if not is_comm[j]:
-                consumed_at[j] = True
-    out = RankSteps(f.rank, [[] for _ in range(n_steps)])
-    cur: dict[int, Item | None] = {}
-    cur_names: dict[int, Counter[str]] = {}
-    for j in order:
-        i = gpu[j]
-        s = int(step[j])
-        tl = float(t_launch[j])
-        ph = _FWD
-        if tl >= o0[s]:
-            ph = _OPT
-        elif tl >= b0[s]:
-            ph = _BWD
-        t0, t1 = float(f.ts[i]), float(f.ts[i] + f.dur[i])
-        items = out.steps[s]
-        if is_comm[j]:
-            _close(items, cur, cur_names, s)
-            a = f.args[i]
-            kind = _coll_kind(names[j], a)
-            items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=_coll_key(kind, a),
-                              stream=a.get("stream", f.tid[i]), kind=kind))
+    consumed = np.zeros(len(gpu), dtype=bool)
+    if len(waits) and len(gpu):
+        wp = np.searchsorted(t_launch, waits, side="left")
+        wp = wp[wp < len(gpu)]
+        consumed[wp[~is_comm[wp]]] = True
+    t0 = f.ts[gpu]
+    t1 = t0 + f.dur[gpu]
+    n = len(gpu)
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (step[1:] != step[:-1]) | is_comm[1:] | is_comm[:-1] | (phase[1:] != phase[:-1])
+    # a segment that follows a collective splits once at its first consuming wait
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    for a, b in zip(starts, ends, strict=True):
+        if is_comm[a] or a == 0 or not is_comm[a - 1] or step[a - 1] != step[a]:
             continue
-        seg = cur.get(s)
-        pending = any(it.coll for it in items[_last_seg_index(items) + 1:]) if items else False
-        if seg is not None and (seg.phase != ph or (consumed_at[j] and pending)):
-            _close(items, cur, cur_names, s)
-            seg = None
-        if seg is None:
-            seg = Item(False, ph, tl, tl, t0, t1, consumes=bool(consumed_at[j]))
-            cur[s] = seg
-            cur_names[s] = Counter()
-        seg.last_launch = tl
-        seg.start = min(seg.start, t0)
-        seg.end = max(seg.end, t1)
-        seg.busy += t1 - t0
-        enclosing = cpu_name.get(ext_of.get(corr[j]), "")
-        cur_names[s][f"{names[j][:NAME_CHARS]}@{enclosing}"] += 1
-    for s in range(n_steps):
-        _close(out.steps[s], cur, cur_names, s)
+        inner = np.flatnonzero(consumed[a + 1 : b])
+        if len(inner):
+            new[a + 1 + inner[0]] = True
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    seg_t0 = np.minimum.reduceat(t0, starts)
+    seg_t1 = np.maximum.reduceat(t1, starts)
+    busy = np.add.reduceat(t1 - t0, starts)
+    cpu_ops = np.flatnonzero((f.cat == "cpu_op") & ~np.isnan(ext_all))
+    out = RankSteps(f.rank, [[] for _ in range(n_steps)])
+    op_names: dict[float, str] = {}
+    for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        s = int(step[a])
+        if is_comm[a]:
+            i = gpu[a]
+            args = f.args[i]
+            kind = _coll_kind(str(f.name[i]), args)
+            out.steps[s].append(Item(True, int(phase[a]), float(t_launch[a]), float(t_launch[a]),
+                                     float(t0[a]), float(t1[a]), busy=float(t1[a] - t0[a]),
+                                     key=_coll_key(kind, args), stream=args.get("stream", f.tid[i]),
+                                     kind=kind))
+            continue
+        item = Item(False, int(phase[a]), float(t_launch[a]), float(t_launch[b - 1]), float(seg_t0[k]),
+                    float(seg_t1[k]), busy=float(busy[k]), consumes=bool(consumed[a]))
+        item.key_fn = _segment_key(f, gpu[a:b], launch_ext[a:b], cpu_ops, ext_all, int(phase[a]), op_names)
+        out.steps[s].append(item)
     _entries(f, out)
     return out
+
+
+def _segment_key(
+    f: Any, acts: npt.NDArray[np.int64], exts: npt.NDArray[np.float64], cpu_ops: npt.NDArray[np.int64],
+    ext_all: npt.NDArray[np.float64], phase: int, cache: dict[float, str],
+) -> Callable[[], str]:
+    """The op-type key of a segment, computed when asked (only the template's are): phase plus the
+    multiset of kernel names with their enclosing CPU op (joined on ``External id``)."""
+
+    def key() -> str:
+        if not cache:  # External id -> enclosing CPU op name, built once per file
+            for i in cpu_ops[::-1]:
+                cache[float(ext_all[i])] = str(f.name[i])
+            cache.setdefault(float("nan"), "")
+        c: Counter[str] = Counter(
+            f"{str(f.name[i])[:NAME_CHARS]}@{cache.get(float(e), '')}"
+            for i, e in zip(acts, exts, strict=True))
+        return _PHASE_TYPE[phase] + ": " + ", ".join(f"{nm} x{k}" for nm, k in sorted(c.items()))
+
+    return key
 
 
 def _last_seg_index(items: list[Item]) -> int:
@@ -297,13 +310,15 @@ def cpu_rank_steps(f: Any) -> RankSteps:
         cand = comp
         for e in enq:
             a, b = f.ts[e], f.ts[e] + f.dur[e]
-            enclosing[cand[(f.tid[cand] == f.tid[e]) & (f.ts[cand] <= a) & (f.ts[cand] + f.dur[cand] >= b)]] = True
+            inside = (f.tid[cand] == f.tid[e]) & (f.ts[cand] <= a) & (f.ts[cand] + f.dur[cand] >= b)
+            enclosing[cand[inside]] = True
         comp = comp[~enclosing[comp]]
     c_launch = f.ts[enq] if paired else f.ts[coll]
     kinds = np.zeros(len(comp), dtype=np.int8)  # 0 compute, 1 enqueue, 2 collective
     ev_t = np.concatenate([f.ts[comp], f.ts[enq] if paired else np.zeros(0), c_launch])
     ev_i = np.concatenate([comp, enq if paired else np.zeros(0, dtype=np.int64), coll]).astype(np.int64)
-    ev_k = np.concatenate([kinds, np.ones(len(enq) if paired else 0, np.int8), np.full(len(coll), 2, np.int8)])
+    n_enq = len(enq) if paired else 0
+    ev_k = np.concatenate([kinds, np.ones(n_enq, np.int8), np.full(len(coll), 2, np.int8)])
     ev_c = ev_k > 0
     order = np.lexsort((ev_k, ev_t))
     step = _step_of(f, ev_t, extend=False)
@@ -418,6 +433,9 @@ def build(
                 rank=rank, step=sid,
             )
     per_cell = [items for _, _, items in cells]
+    for it in ref:
+        if it.key_fn is not None and not it.key:
+            it.key = it.key_fn()
     deps, consumed = _graph_edges(ref, per_cell)
     names: list[str] = []
     seqs: list[int] = []
