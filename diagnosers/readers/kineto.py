@@ -114,7 +114,7 @@ class RankFile:
     pg_config: list[dict[str, Any]]
     # complete ('X') events as parallel arrays
     name: npt.NDArray[np.object_]
-    cat: npt.NDArray[np.object_]
+    cat: npt.NDArray[np.str_]
     tid: npt.NDArray[np.object_]
     ts: npt.NDArray[np.float64]  # seconds since ``origin``
     dur: npt.NDArray[np.float64]  # seconds
@@ -167,7 +167,7 @@ def key_columns(args: LazyArgs) -> tuple[npt.NDArray[np.float64], npt.NDArray[np
     if not raw:
         return np.zeros(0), np.zeros(0)
     try:
-        got = _KEY_DECODER.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]")
+        got = _KEY_DECODER.decode(b"[" + b",".join(raw) + b"]")
     except msgspec.ValidationError:  # an args that is not an object: fall back per event
         got = [_KeyArgs(a.get("correlation"), a.get("External id"))
                for a in (args[i] for i in range(len(raw)))]
@@ -249,10 +249,18 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     xs = [e for e in events if e.ph == "X" and e.ts is not None]
     n = len(xs)
     # one comprehension per field: several times faster than filling arrays event by event
-    name = np.empty(n, dtype=object)
-    name[:] = [e.name if type(e.name) is str else str(e.name) for e in xs]
-    cat = np.empty(n, dtype=object)
-    cat[:] = [_CAT_ALIASES.get(c, c) for c in (e.cat if type(e.cat) is str else str(e.cat) for e in xs)]
+    # names and categories dictionary-encoded: traces repeat a few thousand names, so one string
+    # object per distinct name and integer codes make masks and np.unique cheap
+    name_code: dict[Any, int] = {}
+    codes = np.fromiter((name_code.setdefault(e.name, len(name_code)) for e in xs), dtype=np.int64,
+                        count=n)
+    uniq_names = np.empty(len(name_code), dtype=object)
+    uniq_names[:] = [k if type(k) is str else str(k) for k in name_code]
+    name = uniq_names[codes]
+    cat_code: dict[Any, int] = {}
+    ccodes = np.fromiter((cat_code.setdefault(e.cat, len(cat_code)) for e in xs), dtype=np.int64, count=n)
+    uniq_cats = np.array([_CAT_ALIASES.get(c, c) for c in (str(k) for k in cat_code)] or [""], dtype=str)
+    cat = uniq_cats[ccodes] if n else np.zeros(0, dtype=str)
     tid = np.empty(n, dtype=object)
     tid[:] = [e.tid for e in xs]
     args = LazyArgs([e.args for e in xs])
@@ -270,7 +278,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     if isinstance(base_ns, int | float) and n and float(np.nanmax(ts)) < 1e14:
         origin = float(base_ns) / 1e9 + first / 1e6
     rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, (ts - first) / 1e6, dur / 1e6, args,
-                  origin=origin)
+                  origin=origin, name_codes=(uniq_names.astype(str), codes))
     seen: dict[int, tuple[float, float]] = {}
     for j in np.flatnonzero((cat == "user_annotation") | (cat == "cpu_op")):
         m = STEP_RE.fullmatch(str(name[j]).strip())
