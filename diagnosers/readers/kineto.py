@@ -742,6 +742,8 @@ def collect_job(
                     rank=f.rank,
                 )
             per_rank.append((f, named_ops(f, cat)))
+        notes.append("job model: named spans (record_function spans with Megatron/NDTimeline names "
+                     "found): the Megatron dependency model")
         notes.append(
             f"ops from record_function spans with Megatron/NDTimeline names ({cat}); "
             "gloo/NCCL events inside them are not counted separately"
@@ -778,6 +780,9 @@ def collect_job(
             kept, layout, options, notes)
         if kernel is not None:
             return kernel
+        notes.append("job model: phases (forward / backward / optimizer per step; "
+                     + ("asked for" if options.extra.get("kineto_model") == "phases"
+                        else "the kernel-level model could not be used") + ")")
         note_set: set[str] = set()
         per_rank = [(f, plain_ops(f, note_set)) for f in kept]
         notes.extend(sorted(note_set))

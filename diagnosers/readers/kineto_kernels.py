@@ -292,6 +292,16 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     b0, o0 = _phase_bounds(f, n_steps)
     cpu = f.cat == "cpu_op"
     comp = np.flatnonzero(cpu & ~_name_mask(f, lambda x: x.startswith(NON_COMPUTE_CPU_PREFIXES)))
+    # ops inside the DataLoader's fetch (the dataset's own tensor ops) are input, not training
+    # compute: the fetch stays outside the graph, like a GPU job's host time before its first launch
+    dl = np.flatnonzero(np.isin(f.cat, ["user_annotation", "cpu_op"])
+                        & _name_mask(f, lambda x: bool(DATALOADER_RE.search(x))))
+    if len(dl) and len(comp):
+        o = np.argsort(f.ts[dl])
+        d0, d1 = f.ts[dl][o], (f.ts[dl] + f.dur[dl])[o]
+        k = np.searchsorted(d0, f.ts[comp], side="right") - 1
+        inside = (k >= 0) & (f.ts[comp] <= d1[np.clip(k, 0, None)])
+        comp = comp[~inside]
     coll = np.flatnonzero((f.cat == "user_annotation") & _name_mask(
         f, lambda x: x.startswith(COMM_CPU_PREFIXES) and x not in GLOO_P2P))
     enq = np.flatnonzero(cpu & _name_mask(

@@ -111,3 +111,11 @@ def test_real_ddp_recording_gc_pause_found_without_span_names() -> None:
     top = dg.causes[0]
     assert top.id.value == "gc-pause" and list(top.location.ranks) == [truth["gc_rank"]]
     assert abs(report.simulation_error) <= 0.05
+
+
+def test_real_ddp_recording_dataloader_stall_found_without_span_names() -> None:
+    truth = json.loads((PLAIN / "ddp-stall-2rank" / "injections.json").read_text())
+    trace = load_trace([PLAIN / "ddp-stall-2rank" / "traces"])
+    dg = diagnose(trace, analyze(trace))
+    top = dg.causes[0]
+    assert top.id.value == "dataloader-stall" and list(top.location.ranks) == [truth["stall_rank"]]
