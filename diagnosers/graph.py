@@ -113,6 +113,9 @@ class Template:
     # (``interleaved.rendezvous_transfers``); empty otherwise
     rendezvous_groups: list[int] = field(default_factory=list)
     rendezvous_calls: list[list[int]] = field(default_factory=list)  # nodes of each batched call
+    # per node: the op-type class its ideal duration is pooled over (None: its optype); set by
+    # explicit (kernel-level) graphs, whose op types are finer than the coarse optype column
+    pool: npt.NDArray[np.int64] | None = None
     _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
@@ -159,8 +162,13 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     """Rebuild the dependency graph of ``trace`` (see the module docstring).
 
     Raises ``TraceError`` when steps differ in their ops, P2P records cannot be paired, or the
-    graph has a cycle once groups are contracted.
+    graph has a cycle once groups are contracted. A trace whose reader stated its dependencies
+    (``trace.graph``, kernel-level traces) gets the template of that graph instead.
     """
+    if trace.graph is not None:
+        from diagnosers.kernel_graph import template_from_explicit
+
+        return template_from_explicit(trace, trace.graph)
     ops, meta = trace.ops, trace.meta
     src = trace.sources[0] if trace.sources else None
     dp, pp = meta.dp, meta.pp

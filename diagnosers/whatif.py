@@ -194,10 +194,11 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     launch[launch <= -CLAMP_NEG] = 0.0
 
     ideal_node = np.empty(t.n_nodes)
-    for o in np.unique(t.optype):
-        nodes = t.optype == o
+    pool = t.optype if t.pool is None else t.pool
+    for o in np.unique(pool):
+        nodes = pool == o
         vals = orig[nodes]
-        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[o] else np.median(vals)
+        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[t.optype[nodes][0]] else np.median(vals)
 
     eng = WhatIfEngine(
         trace=trace,
