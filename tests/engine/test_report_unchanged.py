@@ -75,13 +75,19 @@ def differences(want: Any, got: Any, where: str = "") -> list[str]:
     if isinstance(want, dict):
         if not isinstance(got, dict):
             return [f"{where}: {got!r} is not a mapping"]
-        return [d for k in want for d in (
-            differences(want[k], got[k], f"{where}.{k}") if k in got else [f"{where}.{k}: missing"]
-        )]
+        return [
+            d
+            for k in want
+            for d in (differences(want[k], got[k], f"{where}.{k}") if k in got else [f"{where}.{k}: missing"])
+        ]
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
             return [f"{where}: {got!r} != {want!r}"]
-        return [d for i, (a, b) in enumerate(zip(want, got, strict=True)) for d in differences(a, b, f"{where}[{i}]")]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(want, got, strict=True))
+            for d in differences(a, b, f"{where}[{i}]")
+        ]
     if isinstance(want, float) and not isinstance(want, bool) and isinstance(got, (int, float)):
         if math.isclose(want, got, rel_tol=REL, abs_tol=1e-12):
             return []
@@ -99,7 +105,9 @@ def test_report_unchanged(case: str, tmp_path: Path) -> None:
 
 def test_comparison_catches_a_change() -> None:
     want = {"slowdown": 1.5, "by": [{"x": 2.0}], "notes": ["a"]}
-    assert differences(want, {"slowdown": 1.5 * (1 + 1e-10), "by": [{"x": 2.0}], "notes": ["a"], "new": 1}) == []
+    assert (
+        differences(want, {"slowdown": 1.5 * (1 + 1e-10), "by": [{"x": 2.0}], "notes": ["a"], "new": 1}) == []
+    )
     assert differences(want, {"slowdown": 1.5 * (1 + 1e-8), "by": [{"x": 2.0}], "notes": ["a"]}) != []
     assert differences(want, {"slowdown": 1.5, "by": [{"x": 2.0}], "notes": ["b"]}) != []
     assert differences(want, {"slowdown": 1.5, "by": [], "notes": ["a"]}) != []
