@@ -179,7 +179,7 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
                 col = col.dictionary_encode()
             if col.null_count:
                 raise TraceError("optype is empty in some rows", file=source)
-            cols[c] = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            cols[c] = col.indices.to_numpy(zero_copy_only=False)  # int8 codes as stored
             categories = [str(x) for x in col.dictionary.to_pylist()]
             continue
         if pa.types.is_dictionary(col.type):
@@ -213,13 +213,15 @@ def read_columns(
                 )
             table = table_from_stream(stream, kind or found, str(path))
         cols, local = columns_from_table(table, str(path))
-        remap = np.empty(len(local), dtype=np.int64)
+        del table
+        remap = np.empty(len(local), dtype=np.int16)
         for i, name in enumerate(local):
             if name not in cat_index:
                 cat_index[name] = len(cats)
                 cats.append(name)
             remap[i] = cat_index[name]
-        cols["optype"] = remap[cols["optype"]] if len(local) else cols["optype"]
+        if len(local) and not np.array_equal(remap, np.arange(len(local))):
+            cols["optype"] = remap[cols["optype"]]  # this file's names into the shared list
         all_cols.append(cols)
     if len(all_cols) == 1:
         return all_cols[0], cats
