@@ -65,7 +65,8 @@ def optype_group_of(name: str) -> str:
 class WhatIfEngine:
     """A measured trace and its template graph, ready to simulate what-if scenarios.
 
-    Per-op vectors are aligned with ``trace.ops`` rows:
+    Per-op vectors are aligned with ``trace.ops`` rows, made on first use (``analyze`` works on
+    the dense arrays and never reads them; the diagnosis probe does):
 
     - ``original``: compute = ``duration``, communication = transfer time (see module docstring);
     - ``ideal``: the op type's pooled typical value;
@@ -79,9 +80,6 @@ class WhatIfEngine:
     trace: Trace
     template: Template
     steps: list[int]
-    original: Array
-    ideal: Array
-    launch_delay: Array
     actual_step_times: Array
     orig_dense: Array
     ideal_node: Array
@@ -90,6 +88,29 @@ class WhatIfEngine:
     notes: list[str] = field(default_factory=list)
     _nodelay: Array | None = None
     _ideal: float | None = None
+    _rows: dict[str, Array] = field(default_factory=dict, repr=False)
+
+    def _per_row(self, name: str, dense: Callable[[], Array]) -> Array:
+        if name not in self._rows:
+            self._rows[name] = self.template.gather(dense())
+        return self._rows[name]
+
+    @property
+    def original(self) -> Array:
+        """Per row: compute duration or communication transfer time."""
+        return self._per_row("original", lambda: self.orig_dense)
+
+    @property
+    def ideal(self) -> Array:
+        """Per row: the op type's typical duration."""
+        if "ideal" not in self._rows:
+            self._rows["ideal"] = self.ideal_node[self.template.node_of_row]
+        return self._rows["ideal"]
+
+    @property
+    def launch_delay(self) -> Array:
+        """Per row: the measured launch delay."""
+        return self._per_row("launch_delay", lambda: self.launch_dense)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -196,9 +217,6 @@ def build_engine(trace: Trace) -> WhatIfEngine:
         trace=trace,
         template=t,
         steps=list(t.steps),
-        original=t.gather(orig),
-        ideal=ideal_node[t.node_of_row],
-        launch_delay=t.gather(launch),
         actual_step_times=actual,
         orig_dense=orig,
         ideal_node=ideal_node,
