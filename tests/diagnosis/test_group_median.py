@@ -17,6 +17,6 @@ def test_group_median_matches_a_loop(n: int, groups: int) -> None:
     want = np.empty(n)
     by_group = np.argsort(group, kind="stable")
     cut = np.flatnonzero(np.diff(group[by_group])) + 1
-    for rows in np.split(by_group, cut):
+    for rows in np.split(by_group, cut) if n else []:
         want[rows] = np.median(values[rows])
     assert np.array_equal(got, want)
