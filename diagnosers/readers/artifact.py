@@ -10,6 +10,7 @@ as the largest rank index + 1). Several files are concatenated (e.g. one per ran
 from __future__ import annotations
 
 import gzip
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,7 +78,6 @@ def _csv_short_line(source: str) -> int | None:
     """The 1-based line of the first CSV row whose field count differs from the header's
     (pyarrow quotes the row but not its line)."""
     import csv
-    import io
 
     try:
         with open_stream(Path(source)) as fh:
@@ -108,7 +108,10 @@ def table_from_stream(
             import pyarrow.parquet as pq
 
             # parquet needs random access; ParquetFile reads without the dataset layer (cheaper to
-            # import for small traces)
+            # import for small traces). A plain file is memory-mapped (no copy of its bytes); a
+            # gzipped one is inflated into memory first.
+            if isinstance(stream, io.BufferedReader) and stream.tell() == 0:
+                return pq.ParquetFile(pa.memory_map(stream.name)).read()
             return pq.ParquetFile(pa.BufferReader(stream.read())).read()
         if kind == "jsonl":
             import pyarrow.json as pj
