@@ -92,16 +92,16 @@ class Template:
     groups: list[list[int]]
     group_dp_sync: list[bool]
     order: list[list[int]]
-    node_of_row: npt.NDArray[np.int64]
-    dp_of_row: npt.NDArray[np.int64]
-    step_of_row: npt.NDArray[np.int64]
+    node_of_row: npt.NDArray[np.integer[Any]]
+    dp_of_row: npt.NDArray[np.integer[Any]]
+    step_of_row: npt.NDArray[np.integer[Any]]
     steps: list[int]
     dp: int
     pp: int
     vpp: int
     no_ops: int = 0
     notes: list[str] = field(default_factory=list)
-    _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
+    _flat: npt.NDArray[np.integer[Any]] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
     def name(self, node: int) -> str:
@@ -109,11 +109,14 @@ class Template:
         return f"{OPTYPES[int(self.optype[node])]}_{int(self.seq[node])}_{int(self.stage[node])}"
 
     @property
-    def flat_index(self) -> npt.NDArray[np.int64]:
+    def flat_index(self) -> npt.NDArray[np.integer[Any]]:
         """Per row: the flat position of its (node, dp, step) cell in a C-order dense array."""
         if self._flat is None:
             ns = len(self.steps)
-            self._flat = (self.node_of_row * self.dp + self.dp_of_row) * ns + self.step_of_row
+            # int32 while the dense array has fewer than 2**31 cells (always: one cell per op)
+            wide = self.n_nodes * self.dp * ns >= 2**31
+            node = self.node_of_row.astype(np.int64) if wide else self.node_of_row
+            self._flat = (node * self.dp + self.dp_of_row) * ns + self.step_of_row
         return self._flat
 
     @property
@@ -153,16 +156,14 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     src = trace.sources[0] if trace.sources else None
     dp, pp = meta.dp, meta.pp
     n_types = len(OPTYPES)
-    steps_arr, step_of_row = dense_ids(ops.step)
+    # row maps in the op table's own narrow types (int32 / int16): no 64-bit copies of the columns
+    steps_arr, step_of_row = dense_ids(ops.step, np.int32)
     n_steps = len(steps_arr)
-    stage = ops.stage.astype(np.int64)
-    optype = ops.optype.astype(np.int64)
-    seq = ops.seq_id.astype(np.int64)
-    dp_of_row = ops.dp_rank.astype(np.int64)
+    stage, optype, seq, dp_of_row = ops.stage, ops.optype, ops.seq_id, ops.dp_rank
 
     # --- node numbering from DP rank 0 / first step; every step must carry the same ops
     counts = np.bincount(
-        (step_of_row * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
+        (step_of_row.astype(np.int64) * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
         minlength=n_steps * dp * pp * n_types,
     ).reshape(n_steps, dp, pp, n_types)
     ref = counts[0, 0]
@@ -180,7 +181,7 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             step=int(steps_arr[t]),
             op=OPTYPES[o],
         )
-    base = np.concatenate([[0], np.cumsum(ref.reshape(-1))])[:-1].reshape(pp, n_types)
+    base = np.concatenate([[0], np.cumsum(ref.reshape(-1))])[:-1].reshape(pp, n_types).astype(np.int32)
     n_nodes = int(ref.sum())
     if (seq >= ref[stage, optype]).any() or (seq < 0).any():
         i = int(np.argmax((seq >= ref[stage, optype]) | (seq < 0)))

@@ -183,13 +183,12 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     ns = len(t.steps)
     step_min = np.full(ns, np.inf)
     np.minimum.at(step_min, t.step_of_row, ops.start_ts)
-    start_rel = ops.start_ts - step_min[t.step_of_row]
-    start = t.dense(start_rel)
-    dur = t.dense(ops.duration)
-    end = start + dur
+    start = t.dense(ops.start_ts - step_min[t.step_of_row])
+    orig = t.dense(ops.duration)
+    end = start + orig
     actual = end.max(axis=(0, 1))
 
-    orig = dur.copy()
+    # the durations become the original vector in place: transfer times for group members
     for g, members in enumerate(t.groups):
         last = start[members].max(axis=0)
         if t.group_dp_sync[g]:

@@ -122,20 +122,23 @@ def _group_rank(
     return out
 
 
-def dense_ids(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def dense_ids(
+    values: npt.NDArray[Any], dtype: Any = np.int64
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """``np.unique(values, return_inverse=True)`` for integer columns with few distinct values
-    (steps, ranks): a presence table over the value range instead of a sort of every row."""
-    v = np.asarray(values).astype(np.int64, copy=False)
+    (steps, ranks): a presence table over the value range instead of a sort of every row. The
+    inverse comes in ``dtype`` (int32 for a row map that needs no more)."""
+    v = np.asarray(values)
     if len(v) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=dtype)
     lo, hi = int(v.min()), int(v.max())
     if hi - lo > 4 * len(v) + 1_000_000:
         uniq, inv = np.unique(v, return_inverse=True)
-        return uniq.astype(np.int64), inv.reshape(-1).astype(np.int64)
+        return uniq.astype(np.int64), inv.reshape(-1).astype(dtype)
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[v - lo] = True
     uniq = np.flatnonzero(present)
-    lookup = np.cumsum(present, dtype=np.int64) - 1
+    lookup = np.cumsum(present, dtype=dtype) - 1
     return uniq + lo, lookup[v - lo]
 
 
@@ -477,7 +480,7 @@ def _derive_chunks(
     k = seq_id[is_compute]
     fwd = codes[is_compute] == _FWD
     if meta.vpp == 1:
-        d_chunk = np.zeros(len(k), dtype=np.int64)
+        d_chunk = np.zeros(len(k), dtype=np.int32)
         d_mb = k
     else:
         # Megatron's interleaved 1F1B: groups of pp microbatches cycle through the chunks;
