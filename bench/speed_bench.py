@@ -132,6 +132,24 @@ def scaling(folder: Path, repeat: int) -> None:
         print(f"pp {pp:>2}: {ops_of(trace):>10,} ops  {_times(wall, cpu, rss)}", flush=True)
 
 
+def twins() -> None:
+    """The no-op twin search on an interleaved job (512 no-op P2P records among 16k groups): the
+    graph build with it, as a ratio to the build without it (in-process CPU time)."""
+    from diagnosers.graph import build_template
+    from diagnosers.synth import ScenarioSpec, generate
+    from diagnosers.synth.spec import Schedule
+
+    spec = ScenarioSpec(dp=1, pp=16, vpp=4, microbatches=128, steps=1, schedule=Schedule.INTERLEAVED, seed=3)
+    trace = generate(spec).trace
+    cpu = {}
+    for join in (False, True):
+        t0 = time.process_time()
+        t = build_template(trace, join_batched_noops=join)
+        cpu[join] = time.process_time() - t0
+    print(f"\n## no-op twin search: pp 16 × vpp 4 × 128 mb, {t.no_ops} no-op records: graph build "
+          f"{cpu[False]:.2f} s without, {cpu[True]:.2f} s with ({cpu[True] / cpu[False]:.2f}×)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--large", action="store_true", help="also the 15.3M-op job (dp 256 × pp 16 × 64 mb)")
@@ -143,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = a.jobs or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         startup(max(a.repeat, 5))
+        twins()
         traces = [(f"sample {n}", artifact_trace(n)) for n in ("AR", "SE")]
         traces.append(("dp 128 × pp 8 × 32 mb × 10 steps", job(folder, 128, 8, 32)))
         against_floor(traces, a.repeat, diagnose=True)

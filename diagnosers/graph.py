@@ -374,19 +374,13 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
         # a no-op record split from a batched P2P record shares its start and duration with a valid
         # op of the other direction on the same worker: it waited for that op's peer, so it ends
         # with that op's group instead of keeping the wait as its own transfer time
-        valid_nodes = list(valid_p2p.values())
+        # (one look-up per no-op in an index by worker and timing, not a scan of every P2P node)
+        same_timing: dict[tuple[int, float, float], list[int]] = {}
+        for u in valid_p2p.values():
+            same_timing.setdefault((int(n_stage[u]), float(t_start[u]), float(t_end[u])), []).append(u)
         for v in no_op_nodes:
-            twin = next(
-                (
-                    u
-                    for u in valid_nodes
-                    if n_stage[u] == n_stage[v]
-                    and n_optype[u] != n_optype[v]
-                    and t_start[u] == t_start[v]
-                    and t_end[u] == t_end[v]
-                ),
-                None,
-            )
+            candidates = same_timing.get((int(n_stage[v]), float(t_start[v]), float(t_end[v])), [])
+            twin = next((u for u in candidates if n_optype[u] != n_optype[v]), None)
             if twin is not None:
                 twins[v] = twin
 
