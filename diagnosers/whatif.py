@@ -135,9 +135,11 @@ class WhatIfEngine:
         k = d.shape[0]
         dp, ns = self.shape
         t = self.template
-        flat = np.empty((k, t.n_nodes * dp * ns))
-        flat[:, t.flat_index] = d
-        dense = np.moveaxis(flat.reshape(k, t.n_nodes, dp, ns), 1, 0)  # (n_nodes, k, dp, ns) view
+        # scenario axis last in memory: each row's k values land in one place (one random write
+        # per op instead of k)
+        flat = np.empty((t.n_nodes * dp * ns, k))
+        flat[t.flat_index] = d.T
+        dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)  # (n_nodes, k, dp, ns) view
         launch = None
         if launch_delay is not None:
             launch = t.dense(np.asarray(launch_delay, dtype=np.float64), fill=0.0)[:, None]
