@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.speed_bench --large         # also the 15.3M-op job (~2 GB peak)
     .venv/bin/python -m bench.speed_bench --scaling       # cost against ops (1M..15M) and pp
     .venv/bin/python -m bench.speed_bench --jobs DIR      # keep the generated jobs in DIR
+    .venv/bin/python -m bench.speed_bench --before SRC    # also run an older source tree, paired
 
 Every figure is a fresh child process reaped with ``os.wait4`` (wall time, user + system CPU, peak
 RSS of that child), the median of ``--repeat`` paired runs:
@@ -39,11 +40,13 @@ FLOOR = str(Path(__file__).with_name("floor.py"))
 CLI = [PY, "-m", "server.cli"]
 
 
-def child(args: list[str]) -> tuple[float, float, float]:
-    """(wall s, user + system CPU s, peak RSS MiB) of one child process; its output is discarded."""
+def child(args: list[str], src: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, user + system CPU s, peak RSS MiB) of one child process; its output is discarded.
+    ``src``: run the project's code from that source tree instead (an older checkout)."""
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         if os.waitstatus_to_exitcode(status) != 0:
@@ -52,13 +55,16 @@ def child(args: list[str]) -> tuple[float, float, float]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
 
 
+BEFORE: Path | None = None  # --before SRC: an older source tree, run beside the current one
+
+
 def paired(commands: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float, float]]:
     """Median (wall, CPU, peak) of each command, the commands run in turn ``repeat`` times so the
-    machine's load falls on all of them alike."""
+    machine's load falls on all of them alike. A name ending in ``@before`` runs from ``BEFORE``."""
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
     for _ in range(repeat):
         for name, args in commands.items():
-            runs[name].append(child(args))
+            runs[name].append(child(args, BEFORE if name.endswith("@before") else None))
     return {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}  # type: ignore[misc]
 
 
@@ -81,30 +87,53 @@ def ops_of(trace: Path) -> int:
 
 def startup(repeat: int) -> None:
     st = str(artifact_trace("ST"))
-    r = paired(
-        {"imports": [PY, "-c", "import numpy, pyarrow"], "analyze": [*CLI, "analyze", st, "--json"]}, repeat
-    )
+    cmds = {"imports": [PY, "-c", "import numpy, pyarrow"], "analyze": [*CLI, "analyze", st, "--json"]}
+    if BEFORE is not None:
+        cmds["analyze@before"] = cmds["analyze"]
+    r = paired(cmds, repeat)
     print("\n## start-up: analyze of the ST sample (6,784 ops) against `python -c 'import numpy, pyarrow'`")
-    print(f"imports {r['imports'][0]:.3f} s, analyze {r['analyze'][0]:.3f} s: "
-          f"ratio {r['analyze'][0] / r['imports'][0]:.2f} (goal ≤ 1.5)")
+    print(
+        f"imports {r['imports'][0]:.3f} s, analyze {r['analyze'][0]:.3f} s: "
+        f"ratio {r['analyze'][0] / r['imports'][0]:.2f} (goal ≤ 1.5)"
+    )
+    if "analyze@before" in r:
+        b = r["analyze@before"][0]
+        print(f"before: analyze {b:.3f} s, ratio {b / r['imports'][0]:.2f}")
 
 
 def against_floor(traces: list[tuple[str, Path]], repeat: int, diagnose: bool) -> None:
     print("\n## analyze against the floor (wall s, CPU s, peak MiB; medians of paired runs)")
-    print("| trace | ops | floor wall | floor MiB | analyze wall | CPU | MiB | ×floor |"
-          + (" diagnose wall | ×analyze |" if diagnose else ""))
+    print(
+        "| trace | ops | floor wall | floor MiB | analyze wall | CPU | MiB | ×floor |"
+        + (" diagnose wall | ×analyze |" if diagnose else "")
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if diagnose else ""))
     for label, trace in traces:
         cmds = {"floor": [PY, FLOOR, str(trace)], "analyze": [*CLI, "analyze", str(trace), "--json"]}
         if diagnose:
             cmds["diagnose"] = [*CLI, "diagnose", str(trace), "--no-similar", "--json"]
+        if BEFORE is not None:
+            cmds["analyze@before"] = cmds["analyze"]
+            if diagnose:
+                cmds["diagnose@before"] = cmds["diagnose"]
         r = paired(cmds, repeat)
-        f, a = r["floor"], r["analyze"]
-        line = (f"| {label} | {ops_of(trace):,} | {f[0]:.2f} | {f[2]:,.0f} | {a[0]:.2f} | {a[1]:.2f} | "
-                f"{a[2]:,.0f} | {a[0] / f[0]:.2f} |")
-        if diagnose:
-            line += f" {r['diagnose'][0]:.2f} | {r['diagnose'][0] / a[0]:.2f} |"
-        print(line, flush=True)
+        print(_floor_row(label, ops_of(trace), r, "", diagnose), flush=True)
+        if BEFORE is not None:
+            print(_floor_row("↳ before", ops_of(trace), r, "@before", diagnose), flush=True)
+
+
+def _floor_row(
+    label: str, ops: int, r: dict[str, tuple[float, float, float]], tag: str, diagnose: bool
+) -> str:
+    f, a = r["floor"], r["analyze" + tag]
+    line = (
+        f"| {label} | {ops:,} | {f[0]:.2f} | {f[2]:,.0f} | {a[0]:.2f} | {a[1]:.2f} | "
+        f"{a[2]:,.0f} | {a[0] / f[0]:.2f} |"
+    )
+    if diagnose:
+        d = r["diagnose" + tag]
+        line += f" {d[0]:.2f} | {d[0] / a[0]:.2f} |"
+    return line
 
 
 def slope(points: list[tuple[int, float]]) -> float:
@@ -146,8 +175,10 @@ def twins() -> None:
         t0 = time.process_time()
         t = build_template(trace, join_batched_noops=join)
         cpu[join] = time.process_time() - t0
-    print(f"\n## no-op twin search: pp 16 × vpp 4 × 128 mb, {t.no_ops} no-op records: graph build "
-          f"{cpu[False]:.2f} s without, {cpu[True]:.2f} s with ({cpu[True] / cpu[False]:.2f}×)")
+    print(
+        f"\n## no-op twin search: pp 16 × vpp 4 × 128 mb, {t.no_ops} no-op records: graph build "
+        f"{cpu[False]:.2f} s without, {cpu[True]:.2f} s with ({cpu[True] / cpu[False]:.2f}×)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,15 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scaling", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=Path, default=None, help="folder for the generated jobs (kept)")
+    ap.add_argument(
+        "--before", type=Path, default=None, help="also run analyze/diagnose from this source tree"
+    )
+    ap.add_argument("--skip-small", action="store_true", help="only the --large / --scaling parts")
     a = ap.parse_args(argv)
+    global BEFORE
+    BEFORE = a.before
     with tempfile.TemporaryDirectory() as tmp:
         folder = a.jobs or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        startup(max(a.repeat, 5))
-        twins()
-        traces = [(f"sample {n}", artifact_trace(n)) for n in ("AR", "SE")]
-        traces.append(("dp 128 × pp 8 × 32 mb × 10 steps", job(folder, 128, 8, 32)))
-        against_floor(traces, a.repeat, diagnose=True)
+        if not a.skip_small:
+            startup(max(a.repeat, 5))
+            twins()
+            traces = [(f"sample {n}", artifact_trace(n)) for n in ("AR", "SE")]
+            traces.append(("dp 128 × pp 8 × 32 mb × 10 steps", job(folder, 128, 8, 32)))
+            against_floor(traces, a.repeat, diagnose=True)
         if a.large:
             big = job(folder, 256, 16, 64)
             against_floor([("dp 256 × pp 16 × 64 mb × 10 steps", big)], a.repeat, diagnose=True)
