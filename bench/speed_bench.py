@@ -46,7 +46,8 @@ def child(args: list[str], src: Path | None = None) -> tuple[float, float, float
     env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # ``-m`` puts the working directory first on the path: run an older tree from inside it
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=src)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         if os.waitstatus_to_exitcode(status) != 0:
