@@ -105,10 +105,10 @@ def startup(repeat: int) -> None:
 def against_floor(traces: list[tuple[str, Path]], repeat: int, diagnose: bool) -> None:
     print("\n## analyze against the floor (wall s, CPU s, peak MiB; medians of paired runs)")
     print(
-        "| trace | ops | floor wall | floor MiB | analyze wall | CPU | MiB | ×floor |"
-        + (" diagnose wall | ×analyze |" if diagnose else "")
+        "| trace | ops | floor wall | CPU | MiB | analyze wall | CPU | MiB | ×floor (wall) | ×floor (CPU) |"
+        + (" diagnose wall | ×analyze wall (CPU) |" if diagnose else "")
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if diagnose else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if diagnose else ""))
     for label, trace in traces:
         cmds = {"floor": [PY, FLOOR, str(trace)], "analyze": [*CLI, "analyze", str(trace), "--json"]}
         if diagnose:
@@ -128,12 +128,12 @@ def _floor_row(
 ) -> str:
     f, a = r["floor"], r["analyze" + tag]
     line = (
-        f"| {label} | {ops:,} | {f[0]:.2f} | {f[2]:,.0f} | {a[0]:.2f} | {a[1]:.2f} | "
-        f"{a[2]:,.0f} | {a[0] / f[0]:.2f} |"
+        f"| {label} | {ops:,} | {f[0]:.2f} | {f[1]:.2f} | {f[2]:,.0f} | {a[0]:.2f} | {a[1]:.2f} | "
+        f"{a[2]:,.0f} | {a[0] / f[0]:.2f} | {a[1] / f[1]:.2f} |"
     )
     if diagnose:
         d = r["diagnose" + tag]
-        line += f" {d[0]:.2f} | {d[0] / a[0]:.2f} |"
+        line += f" {d[0]:.2f} | {d[0] / a[0]:.2f} ({d[1] / a[1]:.2f}) |"
     return line
 
 
