@@ -257,7 +257,7 @@ def normalize(
         if p2p.any():
             i = int(np.argmax(p2p))
             raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
-    step_ids, step_idx = dense_ids(step)
+    step_ids, step_idx = dense_ids(step, np.int32)  # int32 row maps: half the memory of int64
     counts, cell = _check_step_multisets(stage, step_idx, dp_rank, codes, step_ids, rmin, meta, source)
 
     # --- optional columns
@@ -432,21 +432,23 @@ def _check_workers(
 
 def _check_step_multisets(
     stage: npt.NDArray[np.int32],
-    step_idx: npt.NDArray[np.int64],
+    step_idx: npt.NDArray[np.integer[Any]],
     dp_rank: npt.NDArray[np.int32],
     codes: npt.NDArray[np.int16],
     step_ids: npt.NDArray[np.int64],
     rmin: npt.NDArray[np.int64],
     meta: JobMeta,
     source: str,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
     """Each step's op multiset is the same on every DP rank of a stage.
 
     Returns the op counts per (stage, step, dp rank, op type) cell, shape (pp, steps, dp, types),
     and each row's flat cell index into them."""
     n_types = len(OPTYPES)
-    cell = ((stage * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
-    counts = np.bincount(cell, minlength=meta.pp * len(step_ids) * meta.dp * n_types).reshape(
+    n_cells = meta.pp * len(step_ids) * meta.dp * n_types
+    base = stage if n_cells < 2**31 else stage.astype(np.int64)  # int32 while the cells fit
+    cell = ((base * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
+    counts = np.bincount(cell, minlength=n_cells).reshape(
         meta.pp, len(step_ids), meta.dp, n_types
     )
     diff = counts != counts[:, :, :1, :]
@@ -497,7 +499,7 @@ def _derive_chunks(
 
 
 def _in_step_blocks(
-    step_idx: npt.NDArray[np.int64], cell: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+    step_idx: npt.NDArray[np.integer[Any]], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
 ) -> bool:
     """Rows sorted by step, each (step, worker) block contiguous: every block starts once."""
     m = len(step_idx)
@@ -511,23 +513,23 @@ def _in_step_blocks(
 
 
 def _seq_ids_unique(
-    seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+    seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
 ) -> bool:
     """Within each (stage, step, dp rank, op type) cell of c ops the seq_ids are exactly 0..c-1,
     checked without a sort: each row claims slot ``offset[cell] + seq_id`` of one per-row table.
     False sends the rows to the sorting path, which names a duplicate."""
-    flat = counts.reshape(-1)
+    flat = counts.reshape(-1).astype(np.int32)  # one slot per row: fewer than 2**31
     size = flat[cell]
     if bool(((seq_id < 0) | (seq_id >= size)).any()):
         return False
-    offset = np.cumsum(flat) - flat
+    offset = np.cumsum(flat, dtype=np.int32) - flat
     seen = np.zeros(len(seq_id), dtype=bool)
     seen[offset[cell] + seq_id] = True
     return bool(seen.all())
 
 
 def _canonical_order(
-    step_idx: npt.NDArray[np.int64],
+    step_idx: npt.NDArray[np.integer[Any]],
     dp_rank: npt.NDArray[np.int32],
     stage: npt.NDArray[np.int32],
     codes: npt.NDArray[np.int16],
@@ -539,7 +541,8 @@ def _canonical_order(
     is a duplicate seq_id, reported at its second row."""
     m = len(codes)
     max_seq = int(seq_id.max()) + 1 if m else 1
-    key = (((step_idx * meta.dp + dp_rank) * meta.pp + stage) * len(OPTYPES) + codes) * max_seq + seq_id
+    key = (((step_idx.astype(np.int64) * meta.dp + dp_rank) * meta.pp + stage) * len(OPTYPES) + codes)
+    key = key * max_seq + seq_id
     if m > 1 and bool(np.all(key[1:] > key[:-1])):
         return np.arange(m)
     order = np.argsort(key, kind="stable")
