@@ -162,8 +162,10 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     stage, optype, seq, dp_of_row = ops.stage, ops.optype, ops.seq_id, ops.dp_rank
 
     # --- node numbering from DP rank 0 / first step; every step must carry the same ops
+    wide = n_steps * dp * pp * n_types >= 2**31  # int32 keys while the cells fit
+    step_key = step_of_row.astype(np.int64) if wide else step_of_row
     counts = np.bincount(
-        (step_of_row.astype(np.int64) * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
+        (step_key * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
         minlength=n_steps * dp * pp * n_types,
     ).reshape(n_steps, dp, pp, n_types)
     ref = counts[0, 0]

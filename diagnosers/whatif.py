@@ -185,7 +185,8 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     ns = len(t.steps)
     step_min = np.full(ns, np.inf)
     np.minimum.at(step_min, t.step_of_row, ops.start_ts)
-    start = t.dense(ops.start_ts - step_min[t.step_of_row])
+    start = t.dense(ops.start_ts)
+    start -= step_min  # relative to the step start (steps are the last dense axis)
     orig = t.dense(ops.duration)
     end = start + orig
     actual = end.max(axis=(0, 1))

@@ -356,6 +356,12 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     meta = build_meta(cols, base, options, "artifact", meta_path)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     trace = normalize(cols, meta, source=source, optype_categories=cats)
+    del cols
+    import pyarrow as pa
+
+    # pyarrow's allocator keeps freed buffers (the decoded table, ~30 bytes per op) for reuse;
+    # nothing else reads with it, so hand them back now that the op table holds its own copy
+    pa.default_memory_pool().release_unused()
     if meta_path is None and not options.overrides():
         trace.notes.append(f"no meta yaml: took dp={meta.dp}, pp={meta.pp} from the data")
     return trace
