@@ -90,27 +90,25 @@ class WhatIfEngine:
     _ideal: float | None = None
     _rows: dict[str, Array] = field(default_factory=dict, repr=False)
 
-    def _per_row(self, name: str, dense: Callable[[], Array]) -> Array:
+    def _per_row(self, name: str, make: Callable[[], Array]) -> Array:
         if name not in self._rows:
-            self._rows[name] = self.template.gather(dense())
+            self._rows[name] = make()
         return self._rows[name]
 
     @property
     def original(self) -> Array:
         """Per row: compute duration or communication transfer time."""
-        return self._per_row("original", lambda: self.orig_dense)
+        return self._per_row("original", lambda: self.template.gather(self.orig_dense))
 
     @property
     def ideal(self) -> Array:
         """Per row: the op type's typical duration."""
-        if "ideal" not in self._rows:
-            self._rows["ideal"] = self.ideal_node[self.template.node_of_row]
-        return self._rows["ideal"]
+        return self._per_row("ideal", lambda: self.ideal_node[self.template.node_of_row])
 
     @property
     def launch_delay(self) -> Array:
         """Per row: the measured launch delay."""
-        return self._per_row("launch_delay", lambda: self.launch_dense)
+        return self._per_row("launch_delay", lambda: self.template.gather(self.launch_dense))
 
     @property
     def shape(self) -> tuple[int, int]:
