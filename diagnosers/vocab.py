@@ -66,6 +66,7 @@ class Temporal(StrEnum):
     PERSISTENT = "persistent"
     SPORADIC = "sporadic"
     GROWING = "growing"
+    ONSET = "onset"
 
 
 class Resource(StrEnum):
