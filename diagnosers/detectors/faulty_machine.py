@@ -35,7 +35,15 @@ from diagnosers.detectors.base import (
     host_cluster,
     rounded,
 )
-from diagnosers.detectors.peers import ChangePoint, NoiseFloor, change_point, noise_floor, peer_ratio, peer_reference
+from diagnosers.detectors.peers import (
+    ChangePoint,
+    NoiseFloor,
+    change_point,
+    noise_floor,
+    partition_explains,
+    peer_ratio,
+    peer_reference,
+)
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, OPT
 from diagnosers.heatmap import worker_matrix
@@ -58,9 +66,6 @@ ONSET_MIN_AFTER = 2
 # standard errors above the noise floor, and at least MIN_EXCESS (2%) above them.
 OWN_Z = 3.0
 MIN_EXCESS = 0.02
-# An uneven partition explains a heavy stage when its compute per layer is within 15% of the
-# other stages' (a faulty host's stage is slow per layer too).
-PARTITION_TOLERANCE = 0.15
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -235,26 +240,6 @@ def optimizer_ratio(stats: TraceStats, cells: list[tuple[int, int]], affected: n
     return float(np.mean(vals)) if vals else None
 
 
-def _partition_explains(stats: TraceStats, rows: list[int]) -> bool:
-    """Whether ``layers_per_stage`` explains the rows' extra compute: an uneven partition slows every
-    DP rank of a stage in proportion to its layers, a faulty host does not follow the layer count.
-    True when each row's compute per layer is within ``PARTITION_TOLERANCE`` of the other stages'
-    median per-layer compute (and the row has more layers than that median stage)."""
-    layers = stats.layers_per_stage
-    if layers is None or len(layers) != stats.pp or min(layers) <= 0 or stats.pp < 2:
-        return False
-    lay = np.asarray(layers, dtype=np.float64)
-    per_layer = stats.compute.mean(axis=(0, 1)) / lay
-    for r in rows:
-        others = np.delete(per_layer, r)
-        ref = float(np.median(others))
-        if ref <= 0 or lay[r] <= float(np.median(np.delete(lay, r))):
-            return False
-        if abs(per_layer[r] / ref - 1.0) > PARTITION_TOLERANCE:
-            return False
-    return True
-
-
 def _timings(
     stats: TraceStats, report: WhatIfReport
 ) -> tuple[list[CellTiming], list[int] | None, NoiseFloor] | None:
@@ -275,7 +260,7 @@ def _timings(
             return None
         rows = sorted({p for _, p in cells})
         whole = [r for r in rows if sum(1 for _, p in cells if p == r) == stats.dp]
-        if whole and len(whole) == len(rows) and _partition_explains(stats, rows):
+        if whole and len(whole) == len(rows) and partition_explains(stats.compute, stats.layers_per_stage, rows):
             return None
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], hosts, floor
     if stats.dp < 2:

@@ -23,6 +23,9 @@ Arr = npt.NDArray[np.float64]
 MAD_SIGMA = 1.4826
 # Below this the spread is set by timers and clocks, not by the machines.
 MIN_SIGMA = 0.005
+# An uneven partition explains a heavy stage when its compute per layer is within 15% of the
+# other stages' (a faulty host's stage is slow per layer too).
+PARTITION_TOLERANCE = 0.15
 
 
 def _inside(dp: int, pp: int, cells: Iterable[tuple[int, int]]) -> npt.NDArray[np.bool_]:
@@ -58,7 +61,7 @@ def peer_ratio(values: Arr, cell: tuple[int, int], leave_out: Iterable[tuple[int
 def log_ratios(values: Arr) -> Arr:
     """(S, dp, pp) log of every cell's value over the median of its own stage's *other* DP ranks
     (leave-one-out; 0 where a stage has a single DP rank). Vectorised over cells per stage."""
-    n_s, dp, pp = values.shape
+    dp = values.shape[1]
     out = np.zeros_like(values)
     if dp < 2:
         return out
@@ -130,3 +133,22 @@ def change_point(series: Arr, sigma: float, min_after: int = 2, min_before: int 
         if best is None or z > best.z:
             best = ChangePoint(k, float(a.mean()), float(b.mean()), z)
     return best
+
+
+def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) -> bool:
+    """Whether ``layers`` (per stage) explains the rows' extra compute (``compute`` is (S, dp, pp)):
+    an uneven partition slows every DP rank of a stage in proportion to its layers, a faulty host
+    does not follow the layer count. True when each row has more layers than the median stage and
+    its compute per layer is within ``PARTITION_TOLERANCE`` of the other stages' median."""
+    pp = compute.shape[2]
+    if layers is None or len(layers) != pp or min(layers) <= 0 or pp < 2 or not rows:
+        return False
+    lay = np.asarray(layers, dtype=np.float64)
+    per_layer = compute.mean(axis=(0, 1)) / lay
+    for r in rows:
+        ref = float(np.median(np.delete(per_layer, r)))
+        if ref <= 0 or lay[r] <= float(np.median(np.delete(lay, r))):
+            return False
+        if abs(per_layer[r] / ref - 1.0) > PARTITION_TOLERANCE:
+            return False
+    return True
