@@ -51,6 +51,8 @@ from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
 PERSIST_FRACTION = 0.75
+# The weaker "outlier worker" finding (no signature matched): S_w and speed this many robust sigma out.
+FALLBACK_Z = 2.5
 # A machine slow in only some kernels (e.g. forwards) must be slow in nearly all of them.
 CONSISTENT_FRACTION = 0.9
 SLOW_OP = 1.2
@@ -362,8 +364,10 @@ def _match(
     rows: list[int], whole_rows: list[int], persist: float, peer_ratio_v: float, z: float,
     opt_ratio: float | None, opt_slow: bool, consistent: float | None, share: float,
     compute_share: float, floor: NoiseFloor, onset_steps: np.ndarray | None,
+    outlier_only: float | None = None,
 ) -> CauseMatch:
-    """The faulty-machine match: confidence, location, summary and evidence."""
+    """The faulty-machine match: confidence, location, summary and evidence. ``outlier_only`` (the
+    worker's S_w z-score) marks the weaker finding of :func:`outlier_worker`."""
     spatial = Spatial.ONE_HOST if hosts is not None and len(cells) >= 2 else Spatial.SINGLE_WORKER
     m_w = report.m_w
     n_steps = max(stats.n_steps, 1)
@@ -378,6 +382,9 @@ def _match(
         # The host holds exactly the first or last stage: a heavy stage looks the same. Stage
         # imbalance is far more common (METHOD.md A6), so rank it first; keep this as the alternative.
         fit *= 0.7
+    if outlier_only is not None:
+        # Not every faulty-machine test holds: the confidence says so (at most ~0.45).
+        fit *= 0.5
     step_ids = None if onset_steps is None else [int(s) for s in stats.steps[onset_steps]]
     loc = stats.location(cells, step_ids)
     names = ", ".join(f"dp {d}/pp {p}" for d, p in sorted(cells)[:6])
@@ -399,7 +406,14 @@ def _match(
             f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio_v:.2f}x the stage "
             f"peers' in {persist * 100:.0f}% of the {n_steps} steps"
         )
-    summary = (
+    lead = (
+        ""
+        if outlier_only is None
+        else f"An outlier worker, not a proven fault: its per-worker slowdown stands {outlier_only:.1f} robust "
+        f"sigma above the other workers' and its speed {z:.1f} sigma outside the job's noise floor "
+        f"(step-to-step spread {floor.step * 100:.0f}%), but not every sign of a faulty machine holds. "
+    )
+    summary = lead + (
         f"{'One worker' if one else f'{len(cells)} workers'} ({names}{more}; {host_txt}"
         f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
         + timing
@@ -444,7 +458,46 @@ def _match(
             "noise_floor_worker": rounded(floor.worker),
             "onset_step": step_ids[0] if step_ids is not None else None,
             "affected_steps": step_ids,
+            "signature": "outlier-worker" if outlier_only is not None else "faulty-machine",
+            "worker_slowdown_z": rounded(outlier_only, 2) if outlier_only is not None else None,
         },
         summary=summary,
         categories=categories_for(CauseId.FAULTY_MACHINE),
     )
+
+
+def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """The finding when no cause signature matched but one worker stands out of the job's noise.
+
+    The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
+    outlier-worker``) when its S_w is at least ``FALLBACK_Z`` robust sigma above the other cells',
+    its own compute is slow against its peers in at least 3/4 of the steps and above the noise
+    floor, its speed factor is ``FALLBACK_Z`` sigma out of the others', and idealising its compute
+    removes at least ``MIN_SHARE`` of the slowdown. Never "within noise" while such a worker
+    exists; the optimizer and every-kernel tests are not required (noisy hosts blur them)."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
+        return None
+    m = worker_matrix(report, "exact")  # (pp, dp)
+    p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
+    others = np.delete(m.reshape(-1), p * stats.dp + d)
+    med = float(np.median(others))
+    sw_z = (float(m[p, d]) - med) / max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    if sw_z < FALLBACK_Z:
+        return None
+    cell = (d, p)
+    floor = noise_floor(stats.compute, exclude=[cell])
+    t = cell_timing(stats, cell, floor)
+    if t.typical < max(OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS)) or t.persist < PERSIST_FRACTION:
+        return None
+    affected = t.affected
+    z = outlier_z(stats, [cell], affected, floor)
+    if z < FALLBACK_Z:
+        return None
+    share, compute_share = _shares(stats, report, [cell])
+    if compute_share < MIN_SHARE:
+        return None
+    peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])[affected]))
+    opt_ratio = optimizer_ratio(stats, [cell], affected)
+    return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
+                  opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0), None, share,
+                  compute_share, floor, affected if t.onset is not None else None, outlier_only=sw_z)

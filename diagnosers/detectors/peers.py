@@ -58,17 +58,23 @@ def peer_ratio(values: Arr, cell: tuple[int, int], leave_out: Iterable[tuple[int
     return np.divide(values[:, d, p], ref, out=np.ones(values.shape[0]), where=ref > 0)
 
 
-def log_ratios(values: Arr) -> Arr:
-    """(S, dp, pp) log of every cell's value over the median of its own stage's *other* DP ranks
-    (leave-one-out; 0 where a stage has a single DP rank). Vectorised over cells per stage."""
-    dp = values.shape[1]
-    out = np.zeros_like(values)
-    if dp < 2:
-        return out
-    for d in range(dp):
-        others = np.delete(values, d, axis=1)  # (S, dp-1, pp)
-        ref = np.median(others, axis=1)  # (S, pp)
-        out[:, d, :] = np.log(np.maximum(values[:, d, :], 1e-12) / np.maximum(ref, 1e-12))
+def log_ratios(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> Arr:
+    """(S, dp, pp) log of every cell's value over the median of its own stage's *other* DP ranks,
+    leaving the ``exclude`` cells out of every reference (NaN where a cell has no such peer, and
+    for the excluded cells themselves)."""
+    n_s, dp, pp = values.shape
+    out = np.full_like(values, np.nan)
+    inside = _inside(dp, pp, exclude)
+    for p in range(pp):
+        for d in range(dp):
+            if inside[d, p]:
+                continue
+            peers = ~inside[:, p]
+            peers[d] = False
+            if not peers.any():
+                continue
+            ref = np.median(values[:, peers, p], axis=1)
+            out[:, d, p] = np.log(np.maximum(values[:, d, p], 1e-12) / np.maximum(ref, 1e-12))
     return out
 
 
@@ -94,11 +100,13 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     """The noise floor of ``values`` (S, dp, pp) (per-step compute), leaving ``exclude`` out of the
     estimate (the candidates: a slow worker is not part of the noise)."""
     n_s, dp, pp = values.shape
-    r = log_ratios(values)
-    keep = ~_inside(dp, pp, exclude)
+    # The candidates are left out of the references too: with DP 2 a slow worker's peer, compared
+    # with the slow worker, would carry the slow worker's own steps into the noise.
+    r = log_ratios(values, exclude)
+    keep = np.isfinite(r).all(axis=0)
     if dp < 2 or not keep.any():
         return NoiseFloor(MIN_SIGMA, MIN_SIGMA, n_s, dp * pp)
-    typical = np.median(r, axis=0)  # (dp, pp)
+    typical = np.median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)
     dev = (r - typical[None])[:, keep]
     step = MAD_SIGMA * float(np.median(np.abs(dev))) if n_s >= 2 else MIN_SIGMA
     tv = typical[keep]
