@@ -64,6 +64,9 @@ OUTLIER_Z = 5.0
 # least this many noise units (standard errors of the two means), with at least two slow steps.
 ONSET_Z = 4.0
 ONSET_MIN_AFTER = 2
+# ... and at least two normal steps before it: one normal step then two slow ones is what a burst
+# of CPU contention on a shared host looks like too.
+ONSET_MIN_BEFORE = 2
 # A hot cell is slow in its own compute when its typical ratio to its peers stands this many
 # standard errors above the noise floor, and at least MIN_EXCESS (2%) above them.
 OWN_Z = 3.0
@@ -133,8 +136,8 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
     r = np.log(np.maximum(peer_ratio(stats.compute, cell, leave_out or []), 1e-12))
     typical = float(np.median(r))
     onset = None
-    if stats.n_steps >= ONSET_MIN_AFTER + 1:
-        cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER)
+    if stats.n_steps >= ONSET_MIN_AFTER + ONSET_MIN_BEFORE:
+        cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
         if cp is not None and cp.z >= ONSET_Z and cp.after > 0:
             jump = cp.after - cp.before
             if cp.before <= max(2.0 * floor.step, 0.25 * cp.after) and jump >= 0.5 * max(typical, cp.after):
@@ -473,8 +476,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     outlier-worker``) when its S_w is at least ``FALLBACK_Z`` robust sigma above the other cells',
     its own compute is slow against its peers in at least 3/4 of the steps and above the noise
     floor, its speed factor is ``FALLBACK_Z`` sigma out of the others', and idealising its compute
-    removes at least ``MIN_SHARE`` of the slowdown. Never "within noise" while such a worker
-    exists; the optimizer and every-kernel tests are not required (noisy hosts blur them)."""
+    removes at least ``MIN_SHARE`` of the slowdown, and its optimizer is slow too or at least half
+    (not 90%) of its forwards or backwards are. Never "within noise" while such a worker exists."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
         return None
     m = worker_matrix(report, "exact")  # (pp, dp)
@@ -498,6 +501,11 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
         return None
     peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])[affected]))
     opt_ratio = optimizer_ratio(stats, [cell], affected)
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
+    consistent = None if opt_slow else consistently_slow(stats, [cell], affected)
+    if consistent is not None and consistent < 0.5 * CONSISTENT_FRACTION:
+        # Neither its optimizer nor most of its kernels are slow: a few heavy-tailed ops, not a worker.
+        return None
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
-                  opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0), None, share,
-                  compute_share, floor, affected if t.onset is not None else None, outlier_only=sw_z)
+                  opt_slow, consistent, share, compute_share, floor,
+                  affected if t.onset is not None else None, outlier_only=sw_z)
