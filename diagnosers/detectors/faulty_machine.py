@@ -473,7 +473,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     """The finding when no cause signature matched but one worker stands out of the job's noise.
 
     The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
-    outlier-worker``) when its S_w is at least ``FALLBACK_Z`` robust sigma above the other cells',
+    outlier-worker``) when its S_w is at least ``max(FALLBACK_Z, sqrt(2 ln n) + 0.5)`` robust sigma
+    above the other n - 1 cells' (the slowest of n healthy workers sits ~sqrt(2 ln n) out),
     its own compute is slow against its peers in at least 3/4 of the steps and above the noise
     floor, its speed factor is ``FALLBACK_Z`` sigma out of the others', and idealising its compute
     removes at least ``MIN_SHARE`` of the slowdown, and its optimizer is slow too or at least half
@@ -485,7 +486,9 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     others = np.delete(m.reshape(-1), p * stats.dp + d)
     med = float(np.median(others))
     sw_z = (float(m[p, d]) - med) / max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
-    if sw_z < FALLBACK_Z:
+    # The slowest of n healthy workers sits about sqrt(2 ln n) sigma out: the bar grows with n.
+    bar = max(FALLBACK_Z, float(np.sqrt(2.0 * np.log(max(stats.dp * stats.pp, 2)))) + 0.5)
+    if sw_z < bar:
         return None
     cell = (d, p)
     floor = noise_floor(stats.compute, exclude=[cell])
@@ -494,7 +497,7 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
         return None
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
-    if z < FALLBACK_Z:
+    if z < bar:
         return None
     share, compute_share = _shares(stats, report, [cell])
     if compute_share < MIN_SHARE:

@@ -47,6 +47,8 @@ PERSIST_FRACTION = 0.75
 BWD_SHARE = 0.25
 # A DP rank running 1.25x the rest of its row is a machine on the stage, not the stage's weight.
 ROW_OUTLIER = 1.25
+# ... and the rest of the row must then carry at least 10% more compute than the other stages.
+ROW_HEAVY = 0.1
 
 
 def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
@@ -130,8 +132,13 @@ def _heavy_row(
     # A slow machine inside the row (a faulty worker on the heavy stage) is not part of the
     # stage's level: with 2 DP ranks it would be half the median. Judge the row without the DP
     # ranks that stand out of it on their own (leave-one-out, ``ROW_OUTLIER``).
-    row = row[~_row_outliers(row)]
+    outliers = _row_outliers(row)
+    row = row[~outliers]
     row_typical, row_min = float(np.median(row)), float(row.min())
+    if outliers.any() and row_typical - 1.0 < ROW_HEAVY:
+        # Without its slow machine the stage must still be clearly heavy on its own: a machine's
+        # waiting peers are not a heavy stage.
+        return None
     # Every DP rank of the row carries the excess (at least half the typical rank's), so a single
     # hot cell — or one hot cell among two DP ranks — is not a heavy stage.
     if row_typical <= 1.0 or (row_min - 1.0) < 0.5 * (row_typical - 1.0):
