@@ -15,8 +15,9 @@ diagnosis must put first and where:
 
 A recording is *right* when the top cause is the expected one at the expected ranks (with two
 injections, either one). A healthy one is right with no cause, or only a stage imbalance on the
-last stage: the example's last stage really carries extra work (a head ``Linear`` and the loss). A *silent miss* is a recording with
-an injected worker that gets no cause although S_w's hottest worker is that worker.
+last stage: the example's last stage really carries extra work (a head ``Linear`` and the loss).
+A *silent miss* is a recording with an injected worker that gets no cause although S_w's hottest
+worker is that worker.
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|all] [--verbose]
 """
@@ -57,7 +58,11 @@ def expected(inj: dict[str, Any]) -> list[Expected]:
     docstring): one per injection (two injections: either counts)."""
     found = []
     for key in ("slow_rank", "send_delay_rank", "var_seq", "layers_per_stage", "gc_victims", "stall_rank"):
-        one = {k: v for k, v in inj.items() if k not in _INJECTION_KEYS or k == key or k in _ARG_KEYS.get(key, ())}
+        one = {
+            k: v
+            for k, v in inj.items()
+            if k not in _INJECTION_KEYS or k == key or k in _ARG_KEYS.get(key, ())
+        }
         e = _expected_one(one)
         if e.cause is not None:
             found.append(e)
@@ -135,7 +140,10 @@ def score_folder(folder: Path, diag: Diagnosis | None = None) -> Scored:
         p, d = np.unravel_index(int(np.argmax(m)), m.shape)
         silent = int(p) * int(inj["dp"]) + int(d) in injected
     return Scored(
-        name=folder.name, right=bool(right), healthy=healthy, false_machine_or_gc=false_mg,
+        name=folder.name,
+        right=bool(right),
+        healthy=healthy,
+        false_machine_or_gc=false_mg,
         silent_miss=silent,
         got=[(c.id.value, c.confidence, c.location.ranks[:8], c.pattern.temporal) for c in diag.causes],
         slowdown=diag.slowdown,
@@ -176,10 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose or not r.right:
             print(f"  {'ok ' if r.right else 'BAD'} {r.name:24s} S={r.slowdown:.3f} got={r.got}")
     healthy = [r for r in res if r.healthy]
-    print(f"recordings ({args.part}): {len(res)}, right {sum(r.right for r in res)} "
-          f"({sum(r.right for r in res) / max(len(res), 1):.3f}); healthy {len(healthy)}, "
-          f"false faulty-machine/GC on healthy {sum(r.false_machine_or_gc for r in healthy)}; "
-          f"silent misses {sum(r.silent_miss for r in res)}")
+    print(
+        f"recordings ({args.part}): {len(res)}, right {sum(r.right for r in res)} "
+        f"({sum(r.right for r in res) / max(len(res), 1):.3f}); healthy {len(healthy)}, "
+        f"false faulty-machine/GC on healthy {sum(r.false_machine_or_gc for r in healthy)}; "
+        f"silent misses {sum(r.silent_miss for r in res)}"
+    )
     return 0
 
 

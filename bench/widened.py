@@ -89,7 +89,9 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
             kw = _sizes(rng, [2, 4, 8], [2, 3, 4])
             kw["worker"] = (rng.randrange(int(kw["dp"])), int(kw["pp"]) - 1)  # type: ignore[call-overload]
             spec = ScenarioSpec(
-                scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE], magnitude=round(rng.uniform(1.4, 2.6), 3), **kw  # type: ignore[arg-type]
+                scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE],
+                magnitude=round(rng.uniform(1.4, 2.6), 3),
+                **kw,  # type: ignore[arg-type]
             )
         elif name == "onset":
             kw = _sizes(rng, [2, 4, 8], [2, 3, 4])
@@ -97,7 +99,10 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
             kw["worker"] = (rng.randrange(int(kw["dp"])), rng.randrange(int(kw["pp"])))  # type: ignore[call-overload]
             onset = rng.randint(2, int(kw["steps"]) - 2)  # type: ignore[call-overload]
             spec = ScenarioSpec(
-                scenarios=[S.FAULTY_MACHINE], magnitude=round(rng.uniform(1.3, 3.0), 3), onset_step=onset, **kw  # type: ignore[arg-type]
+                scenarios=[S.FAULTY_MACHINE],
+                magnitude=round(rng.uniform(1.3, 3.0), 3),
+                onset_step=onset,
+                **kw,  # type: ignore[arg-type]
             )
         elif name == "host-aligned-middle":
             kw = _sizes(rng, [8], [3, 4])
@@ -105,8 +110,11 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
             kw["dp"] = 8 // tp
             kw["heavy_stage"] = rng.randrange(1, int(kw["pp"]) - 1)  # type: ignore[call-overload]
             spec = ScenarioSpec(
-                scenarios=[S.STAGE_IMBALANCE_LAYERS], tp=tp, gpus_per_host=8,
-                magnitude=round(rng.uniform(1.25, 2.0), 3), **kw,  # type: ignore[arg-type]
+                scenarios=[S.STAGE_IMBALANCE_LAYERS],
+                tp=tp,
+                gpus_per_host=8,
+                magnitude=round(rng.uniform(1.25, 2.0), 3),
+                **kw,  # type: ignore[arg-type]
             )
         elif name == "step-noise-healthy":
             kw = _sizes(rng, [2, 4], [2, 3])
@@ -121,8 +129,15 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
             spec = ScenarioSpec(scenarios=[S.JOB_STALL], magnitude=round(rng.uniform(0.1, 0.6), 3), **kw)  # type: ignore[arg-type]
         elif name == "multi-cause":
             kw = _sizes(rng, [4, 8], [2, 3, 4])
-            pool = [S.STAGE_IMBALANCE, S.STAGE_IMBALANCE_FIRST, S.SEQUENCE_LENGTH_IMBALANCE, S.GC_PAUSE,
-                    S.FAULTY_MACHINE, S.SLOW_COMMUNICATION, S.DATALOADER_STALL]
+            pool = [
+                S.STAGE_IMBALANCE,
+                S.STAGE_IMBALANCE_FIRST,
+                S.SEQUENCE_LENGTH_IMBALANCE,
+                S.GC_PAUSE,
+                S.FAULTY_MACHINE,
+                S.SLOW_COMMUNICATION,
+                S.DATALOADER_STALL,
+            ]
             mix = rng.sample(pool, 2)
             while {S.STAGE_IMBALANCE, S.STAGE_IMBALANCE_FIRST} <= set(mix):
                 mix = rng.sample(pool, 2)
@@ -131,7 +146,9 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
             spec = ScenarioSpec(scenarios=mix, **kw)  # type: ignore[arg-type]
         elif name == "slow-link":
             kw = _sizes(rng, [2, 4, 8], [2, 3, 4])
-            spec = ScenarioSpec(scenarios=[S.SLOW_COMMUNICATION], magnitude=round(rng.uniform(3.0, 30.0), 2), **kw)  # type: ignore[arg-type]
+            spec = ScenarioSpec(
+                scenarios=[S.SLOW_COMMUNICATION], magnitude=round(rng.uniform(3.0, 30.0), 2), **kw
+            )  # type: ignore[arg-type]
         elif name == "slow-dp-group":
             kw = _sizes(rng, [2, 4, 8], [2, 3, 4])
             kw["worker"] = (rng.randrange(int(kw["dp"])), rng.randrange(int(kw["pp"])))  # type: ignore[call-overload]
@@ -139,7 +156,9 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
         elif name == "seqlen":
             kw = _sizes(rng, [2, 4, 8, 16], [2, 3, 4])
             spec = ScenarioSpec(
-                scenarios=[S.SEQUENCE_LENGTH_IMBALANCE], magnitude=round(rng.uniform(12.0, 64.0), 1), **kw  # type: ignore[arg-type]
+                scenarios=[S.SEQUENCE_LENGTH_IMBALANCE],
+                magnitude=round(rng.uniform(12.0, 64.0), 1),
+                **kw,  # type: ignore[arg-type]
             )
         elif name == "healthy-small":
             spec = ScenarioSpec(**_sizes(rng, [2, 4], [2, 3]))  # type: ignore[arg-type]
@@ -150,9 +169,19 @@ def _family_cases(name: str, rng: random.Random) -> list[WCase]:
 
 
 FAMILIES = [
-    "small-dp2-faulty", "small-dp4-faulty", "faulty-on-heavy-stage", "onset", "host-aligned-middle",
-    "step-noise-healthy", "step-noise-faulty", "job-stall", "multi-cause", "slow-link", "slow-dp-group",
-    "seqlen", "healthy-small",
+    "small-dp2-faulty",
+    "small-dp4-faulty",
+    "faulty-on-heavy-stage",
+    "onset",
+    "host-aligned-middle",
+    "step-noise-healthy",
+    "step-noise-faulty",
+    "job-stall",
+    "multi-cause",
+    "slow-link",
+    "slow-dp-group",
+    "seqlen",
+    "healthy-small",
 ]
 
 
@@ -182,9 +211,7 @@ def _in_place(job: GeneratedJob, diag: Diagnosis, label_i: int) -> bool:
     lab = job.labels.causes[label_i]
     for c in diag.causes:
         if c.id == lab.id and location_ok(lab.id, lab.location, c.location):
-            if lab.pattern.temporal == Temporal.ONSET and c.pattern.temporal != Temporal.ONSET:
-                return False
-            return True
+            return lab.pattern.temporal != Temporal.ONSET or c.pattern.temporal == Temporal.ONSET
     return False
 
 
@@ -195,7 +222,8 @@ def score_widened(case: WCase, job: GeneratedJob, diag: Diagnosis) -> WOutcome:
     alone = [lab.slowdown_alone for lab in labels]
     # A launch stall has no compute slowdown of its own; it is clear when it is a real share.
     clear = healthy or all(
-        (a is not None and a >= CLEAR) or lab.id == CauseId.DATALOADER_STALL for a, lab in zip(alone, labels, strict=True)
+        (a is not None and a >= CLEAR) or lab.id == CauseId.DATALOADER_STALL
+        for a, lab in zip(alone, labels, strict=True)
     )
     machine_or_gc = any(c.id in (CauseId.FAULTY_MACHINE, CauseId.GC_PAUSE) for c in diag.causes)
     if healthy:
@@ -205,10 +233,14 @@ def score_widened(case: WCase, job: GeneratedJob, diag: Diagnosis) -> WOutcome:
         top = diag.causes[0] if diag.causes else None
         top1 = False
         if top is not None:
-            for i, lab in enumerate(labels):
+            for lab in labels:
                 if top.id == lab.id and location_ok(lab.id, lab.location, top.location):
                     top1 = lab.pattern.temporal != Temporal.ONSET or top.pattern.temporal == Temporal.ONSET
-        idx = [i for i, a in enumerate(alone) if (a is not None and a >= CLEAR) or labels[i].id == CauseId.DATALOADER_STALL]
+        idx = [
+            i
+            for i, a in enumerate(alone)
+            if (a is not None and a >= CLEAR) or labels[i].id == CauseId.DATALOADER_STALL
+        ]
         wanted = len(idx)
         found = sum(_in_place(job, diag, i) for i in idx)
     false_mg = any(
@@ -216,11 +248,21 @@ def score_widened(case: WCase, job: GeneratedJob, diag: Diagnosis) -> WOutcome:
         for c in diag.causes
     )
     return WOutcome(
-        case=case, clear=clear, healthy=healthy, top1_ok=top1, found=found, wanted=wanted,
+        case=case,
+        clear=clear,
+        healthy=healthy,
+        top1_ok=top1,
+        found=found,
+        wanted=wanted,
         false_machine_or_gc=false_mg or (healthy and machine_or_gc),
-        got=[(c.id.value, c.confidence) for c in diag.causes], slowdown=diag.slowdown,
+        got=[(c.id.value, c.confidence) for c in diag.causes],
+        slowdown=diag.slowdown,
         true_slowdown=job.true_slowdown,
     )
+
+
+def _label_view(job: GeneratedJob) -> list[tuple[str, list[int], float | None]]:
+    return [(lab.id.value, lab.location.ranks[:8], lab.slowdown_alone) for lab in job.labels.causes]
 
 
 def run_widened(cases: list[WCase], verbose: bool = False) -> list[WOutcome]:
@@ -233,7 +275,7 @@ def run_widened(cases: list[WCase], verbose: bool = False) -> list[WOutcome]:
         if verbose or bad:
             print(
                 f"  {'BAD' if bad else 'ok '} {case.name:26s} S={o.slowdown:.3f} true={o.true_slowdown:.3f} "
-                f"clear={o.clear} labels={[(lab.id.value, lab.location.ranks[:8], lab.slowdown_alone) for lab in job.labels.causes]} "
+                f"clear={o.clear} labels={_label_view(job)} "
                 f"got={o.got} recall={o.found}/{o.wanted}",
                 file=sys.stderr,
             )
@@ -261,7 +303,9 @@ def summarize_widened(outcomes: list[WOutcome]) -> dict[str, object]:
             k: {
                 "jobs": len(v),
                 "clear": sum(o.clear for o in v),
-                "top1_clear": round(sum(o.top1_ok for o in v if o.clear) / max(sum(o.clear for o in v), 1), 3),
+                "top1_clear": round(
+                    sum(o.top1_ok for o in v if o.clear) / max(sum(o.clear for o in v), 1), 3
+                ),
                 "recall": round(sum(o.found for o in v) / max(sum(o.wanted for o in v), 1), 3),
             }
             for k, v in sorted(fam.items())
@@ -287,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.family == args.family]
     if args.list:
         for c in cases:
-            print(c.name, c.spec.model_dump_json(exclude_defaults=True), c.cost.model_dump_json(exclude_defaults=True) if c.cost else "")
+            print(
+                c.name,
+                c.spec.model_dump_json(exclude_defaults=True),
+                c.cost.model_dump_json(exclude_defaults=True) if c.cost else "",
+            )
         return 0
     t0 = time.perf_counter()
     summary = summarize_widened(run_widened(cases, args.verbose))
@@ -299,10 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("top1_clear", "multi_cause_recall"):
         print(f"{k:28s} {float(summary[k]):.3f}")  # type: ignore[arg-type]
     print(f"{'multi_cause_jobs':28s} {summary['multi_cause_jobs']}")
-    print(f"{'healthy_with_faulty_or_gc':28s} {summary['healthy_with_faulty_or_gc']} of {summary['healthy_jobs']}")
+    print(
+        f"{'healthy_with_faulty_or_gc':28s} {summary['healthy_with_faulty_or_gc']} of "
+        f"{summary['healthy_jobs']}"
+    )
     print(f"{'false_faulty_or_gc_anywhere':28s} {summary['false_faulty_or_gc_anywhere']}")
     for k, v in summary["by_family"].items():  # type: ignore[attr-defined]
-        print(f"family {k:22s} jobs {v['jobs']:3d} clear {v['clear']:3d} top-1 {v['top1_clear']:.3f} recall {v['recall']:.3f}")
+        print(
+            f"family {k:22s} jobs {v['jobs']:3d} clear {v['clear']:3d} top-1 {v['top1_clear']:.3f} "
+            f"recall {v['recall']:.3f}"
+        )
     print(f"wall time {summary['wall_seconds']} s")
     return 0
 

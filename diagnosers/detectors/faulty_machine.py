@@ -140,10 +140,11 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
         cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
         if cp is not None and cp.z >= ONSET_Z and cp.after > 0:
             jump = cp.after - cp.before
-            if cp.before <= max(2.0 * floor.step, 0.25 * cp.after) and jump >= 0.5 * max(typical, cp.after):
-                if float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor):
-                    onset = cp
-                    typical = cp.after
+            low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
+            clean = low_before and jump >= 0.5 * max(typical, cp.after)
+            if clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor):
+                onset = cp
+                typical = cp.after
     thr = step_threshold(typical, floor)
     affected = r if onset is None else r[onset.index:]
     persist = float(np.mean(affected >= thr)) if typical > 0 else 0.0
@@ -204,7 +205,9 @@ def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
     return stats.worker_mask(cells) & is_compute
 
 
-def consistently_slow(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None) -> float:
+def consistently_slow(
+    stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
+) -> float:
     """The smallest, over the cells, of the larger of two fractions: the cell's forwards (or its
     backwards), in the ``affected`` steps, that take at least ``SLOW_OP`` times the median of the
     same (stage, chunk) ops of its peers (the cell itself left out; all of the stage's when it
@@ -233,7 +236,9 @@ def consistently_slow(stats: TraceStats, cells: list[tuple[int, int]], affected:
     return worst
 
 
-def optimizer_ratio(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None) -> float | None:
+def optimizer_ratio(
+    stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
+) -> float | None:
     """Median over the ``affected`` steps of the cells' optimizer time over their peers' (the cells
     left out; None without optimizer ops). The median, because on a busy host one descheduled
     optimizer step can be ten times its peers'."""
@@ -265,7 +270,8 @@ def _timings(
             return None
         rows = sorted({p for _, p in cells})
         whole = [r for r in rows if sum(1 for _, p in cells if p == r) == stats.dp]
-        if whole and len(whole) == len(rows) and partition_explains(stats.compute, stats.layers_per_stage, rows):
+        explained = partition_explains(stats.compute, stats.layers_per_stage, rows)
+        if whole and len(whole) == len(rows) and explained:
             return None
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], hosts, floor
     if stats.dp < 2:
@@ -396,8 +402,9 @@ def _match(
     one = len(cells) == 1
     if step_ids is not None:
         timing = (
-            f"{'has' if one else 'have'} been slow since step {step_ids[0]} ({len(step_ids)} of the {n_steps} "
-            f"traced steps; normal before): compute runs {peer_ratio_v:.2f}x the stage peers' since then"
+            f"{'has' if one else 'have'} been slow since step {step_ids[0]} ({len(step_ids)} of the "
+            f"{n_steps} traced steps; normal before): compute runs {peer_ratio_v:.2f}x the stage peers' "
+            "since then"
         )
     elif one_step:
         timing = (
@@ -412,8 +419,8 @@ def _match(
     lead = (
         ""
         if outlier_only is None
-        else f"An outlier worker, not a proven fault: its per-worker slowdown stands {outlier_only:.1f} robust "
-        f"sigma above the other workers' and its speed {z:.1f} sigma outside the job's noise floor "
+        else f"An outlier worker, not a proven fault: its per-worker slowdown stands {outlier_only:.1f} "
+        f"robust sigma above the other workers' and its speed {z:.1f} sigma outside the job's noise floor "
         f"(step-to-step spread {floor.step * 100:.0f}%), but not every sign of a faulty machine holds. "
     )
     summary = lead + (

@@ -62,7 +62,7 @@ def log_ratios(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> Arr:
     """(S, dp, pp) log of every cell's value over the median of its own stage's *other* DP ranks,
     leaving the ``exclude`` cells out of every reference (NaN where a cell has no such peer, and
     for the excluded cells themselves)."""
-    n_s, dp, pp = values.shape
+    _, dp, pp = values.shape
     out = np.full_like(values, np.nan)
     inside = _inside(dp, pp, exclude)
     for p in range(pp):

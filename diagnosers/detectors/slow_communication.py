@@ -7,11 +7,11 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   larger counts) explains at least ``MIN_SHARE`` of the slowdown, and more than all compute does —
   unless a localised candidate explains its own ``MIN_SHARE`` (a secondary cause beside compute);
 - localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
-  group, each DP replica's embedding all-reduce group, and each worker or host whose point-to-point transfers are at least twice as slow as the
-  typical worker's (with the collectives it takes part in, both ends of its P2P transfers, and
-  every row of a batched P2P call it is part of) — ranked by excess transfer time; the best few
-  are idealised one by one. The most specific candidate (fewest ops) removing at least 90% of
-  what the best one removes is the location (a stage's DP group yields to a member whose own P2P
+  group, each DP replica's embedding all-reduce group, and each worker or host whose
+  point-to-point transfers are at least twice as slow as the typical worker's (with the
+  collectives it takes part in, both ends of its P2P transfers, and every row of a batched P2P
+  call it is part of) — ranked by excess transfer time; the best few are idealised one by one.
+  The most specific candidate (fewest ops) removing at least 90% of what the best one removes is the location (a stage's DP group yields to a member whose own P2P
   transfers are slow and that explains as much: a collective runs at its slowest member's pace),
   when that is at least half of what fixing all communication does; otherwise the slow communication
   is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
@@ -240,9 +240,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         near = [k for k, v in enumerate(shares) if v >= 0.9 * shares[best]]
         # A collective runs at its slowest member's pace: when a worker or host whose own P2P
         # transfers are slow is nearly as good, its stage's DP group is slow because of it.
-        members = {
-            c for k in near if not scored[k][0].startswith(("dp group", "pp link", "embedding group")) for c in scored[k][1]
-        }
+        groups = ("dp group", "pp link", "embedding group")
+        members = {c for k in near if not scored[k][0].startswith(groups) for c in scored[k][1]}
         near = [
             k
             for k in near

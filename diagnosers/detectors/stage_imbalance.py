@@ -163,7 +163,9 @@ def _heavy_row(
             own = _own_compute_ratio(stats, comp, off_row)
             if all(np.isfinite(r) and r - 1.0 >= 0.5 * (row_typical - 1.0) for r in own):
                 return None
-    elif hot not in (0, stats.pp - 1) and not partition_explains(stats.compute, stats.layers_per_stage, [hot]):
+    elif hot not in (0, stats.pp - 1) and not partition_explains(
+        stats.compute, stats.layers_per_stage, [hot]
+    ):
         # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
         # signature, a slow host is — unless the partition gives it more layers and its compute
         # follows the layer count (Megatron's usual layout makes every stage host-aligned).

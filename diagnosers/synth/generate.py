@@ -433,7 +433,7 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
 
 def _effects(
     spec: ScenarioSpec, cost: CostModel, dp_comm: bool, causes: list[CauseLabel],
-    straggling: list[Scenario], t_h: float, t_c: float,
+    straggling: Sequence[Scenario], t_h: float, t_c: float,
 ) -> None:
     """Fill each label's ``slowdown_alone`` (this cause alone over the healthy twin) and
     ``marginal_slowdown`` (the job over the same job without this cause). With several causes the

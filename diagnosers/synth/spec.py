@@ -75,7 +75,7 @@ MAGNITUDE_MEANING: dict[Scenario, str] = {
     Scenario.FAULTY_MACHINE: "compute slowdown factor of the faulty worker(s)",
     Scenario.SLOW_COMMUNICATION: "transfer-time factor of the slow link or host",
     Scenario.DATALOADER_STALL: "idle seconds before a step's first forward on the data-loading stage",
-    Scenario.STAGE_IMBALANCE_LAYERS: "layers of the heavy stage ÷ a middle stage's layers (in layers_per_stage)",
+    Scenario.STAGE_IMBALANCE_LAYERS: "heavy stage's layers ÷ a middle stage's (in layers_per_stage)",
     Scenario.SLOW_DP_GROUP: "transfer-time factor of one stage's DP collectives (a slow member)",
     Scenario.JOB_STALL: "seconds every worker stops at the same moment, in one step",
 }
@@ -155,9 +155,13 @@ class ScenarioSpec(BaseModel):
         wanted = set(self.scenarios)
         steps = range(self.first_step, self.first_step + self.steps)
         if self.onset_step is not None and self.onset_step not in steps:
-            raise ValueError(f"onset_step {self.onset_step} is not one of the steps {steps.start}..{steps.stop - 1}")
+            raise ValueError(
+                f"onset_step {self.onset_step} is not one of the steps {steps.start}..{steps.stop - 1}"
+            )
         if self.stall_step is not None and self.stall_step not in steps:
-            raise ValueError(f"stall_step {self.stall_step} is not one of the steps {steps.start}..{steps.stop - 1}")
+            raise ValueError(
+                f"stall_step {self.stall_step} is not one of the steps {steps.start}..{steps.stop - 1}"
+            )
         if self.heavy_stage is not None and self.heavy_stage >= self.pp:
             raise ValueError(f"heavy_stage {self.heavy_stage} is outside pp={self.pp}")
         if Scenario.STAGE_IMBALANCE_LAYERS in wanted and self.pp == 1:

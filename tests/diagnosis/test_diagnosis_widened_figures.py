@@ -32,14 +32,18 @@ def test_heldout_synthetic_multi_cause_recall(heldout_summary: dict[str, object]
     assert float(heldout_summary["multi_cause_recall"]) >= 0.9  # type: ignore[arg-type]
 
 
-def test_heldout_synthetic_never_names_a_machine_or_gc_on_healthy_jobs(heldout_summary: dict[str, object]) -> None:
+def test_heldout_synthetic_never_names_a_machine_or_gc_on_healthy_jobs(
+    heldout_summary: dict[str, object],
+) -> None:
     assert heldout_summary["healthy_jobs"] == 30
     assert heldout_summary["healthy_with_faulty_or_gc"] == 0
 
 
 @pytest.fixture(scope="module")
 def real() -> dict[str, list[recordings.Scored]]:
-    out = {part: [recordings.score_folder(f) for f in recordings.folders(part)] for part in ("tune", "heldout")}
+    out = {
+        part: [recordings.score_folder(f) for f in recordings.folders(part)] for part in ("tune", "heldout")
+    }
     assert len(out["tune"]) == 14 and len(out["heldout"]) == 9, "a recording is missing"
     return out
 

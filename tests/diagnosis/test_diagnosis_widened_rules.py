@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosers.detectors.peers import change_point, log_ratios, noise_floor, partition_explains, peer_reference
+from diagnosers.detectors.peers import (
+    change_point,
+    log_ratios,
+    noise_floor,
+    partition_explains,
+    peer_reference,
+)
 from diagnosers.diagnose import diagnose
 from diagnosers.synth import CostModel, Scenario, ScenarioSpec, generate
 from diagnosers.vocab import CauseId, Temporal
@@ -54,8 +60,9 @@ def test_partition_explains_a_stage_in_proportion_to_its_layers() -> None:
 
 
 def test_machine_that_starts_throttling_inside_the_window_is_an_onset() -> None:
-    spec = ScenarioSpec(dp=2, pp=3, steps=7, seed=21, scenarios=[S.FAULTY_MACHINE], worker=(0, 1),
-                        magnitude=1.8, onset_step=3)
+    spec = ScenarioSpec(
+        dp=2, pp=3, steps=7, seed=21, scenarios=[S.FAULTY_MACHINE], worker=(0, 1), magnitude=1.8, onset_step=3
+    )
     top = diagnose(generate(spec).trace).causes[0]
     assert top.id is CauseId.FAULTY_MACHINE and top.location.ranks == [2]
     assert top.pattern.temporal is Temporal.ONSET and top.location.steps == [3, 4, 5, 6]
@@ -64,16 +71,32 @@ def test_machine_that_starts_throttling_inside_the_window_is_an_onset() -> None:
 
 def test_small_dp_slow_worker_with_a_waiting_peer_is_the_worker() -> None:
     for worker in ((0, 0), (1, 1)):
-        spec = ScenarioSpec(dp=2, pp=2, microbatches=4, steps=5, seed=22, scenarios=[S.FAULTY_MACHINE],
-                            worker=worker, magnitude=1.3)
+        spec = ScenarioSpec(
+            dp=2,
+            pp=2,
+            microbatches=4,
+            steps=5,
+            seed=22,
+            scenarios=[S.FAULTY_MACHINE],
+            worker=worker,
+            magnitude=1.3,
+        )
         job = generate(spec)
         top = diagnose(job.trace).causes[0]
         assert top.id is CauseId.FAULTY_MACHINE and top.location.ranks == job.labels.causes[0].location.ranks
 
 
 def test_host_aligned_heavier_middle_stage_is_a_stage_imbalance_not_a_host() -> None:
-    spec = ScenarioSpec(dp=8, pp=4, steps=3, seed=23, gpus_per_host=8, heavy_stage=2,
-                        scenarios=[S.STAGE_IMBALANCE_LAYERS], magnitude=1.5)
+    spec = ScenarioSpec(
+        dp=8,
+        pp=4,
+        steps=3,
+        seed=23,
+        gpus_per_host=8,
+        heavy_stage=2,
+        scenarios=[S.STAGE_IMBALANCE_LAYERS],
+        magnitude=1.5,
+    )
     causes = diagnose(generate(spec).trace).causes
     assert causes[0].id is CauseId.STAGE_IMBALANCE and causes[0].location.pp_ranks == [2]
     assert CauseId.FAULTY_MACHINE not in [c.id for c in causes]
@@ -87,8 +110,15 @@ def test_job_wide_stall_is_not_gc_and_is_named_in_the_notes() -> None:
 
 
 def test_slow_worker_on_the_heavy_stage_reports_both() -> None:
-    spec = ScenarioSpec(dp=2, pp=3, steps=4, seed=25, scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE],
-                        worker=(1, 2), magnitude=1.8)
+    spec = ScenarioSpec(
+        dp=2,
+        pp=3,
+        steps=4,
+        seed=25,
+        scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE],
+        worker=(1, 2),
+        magnitude=1.8,
+    )
     found = {c.id: c for c in diagnose(generate(spec).trace).causes}
     assert found[CauseId.FAULTY_MACHINE].location.ranks == [5]
     assert found[CauseId.STAGE_IMBALANCE].location.pp_ranks == [2]

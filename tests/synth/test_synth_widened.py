@@ -23,8 +23,9 @@ def _compute_by_step(job, dp: int, pp: int) -> np.ndarray:  # type: ignore[no-un
 
 
 def test_onset_slows_the_worker_only_from_that_step_and_labels_it() -> None:
-    spec = ScenarioSpec(dp=2, pp=2, steps=6, seed=3, scenarios=[S.FAULTY_MACHINE], worker=(1, 0),
-                        magnitude=2.0, onset_step=3)
+    spec = ScenarioSpec(
+        dp=2, pp=2, steps=6, seed=3, scenarios=[S.FAULTY_MACHINE], worker=(1, 0), magnitude=2.0, onset_step=3
+    )
     job = generate(spec)
     (lab,) = job.labels.causes
     assert lab.pattern.temporal is Temporal.ONSET and lab.location.steps == [3, 4, 5]
@@ -71,8 +72,9 @@ def test_step_noise_zero_draws_exactly_the_old_numbers() -> None:
 
 
 def test_multi_cause_labels_carry_each_effect_alone_and_marginal() -> None:
-    spec = ScenarioSpec(dp=4, pp=4, steps=3, seed=8, scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE],
-                        worker=(1, 3))
+    spec = ScenarioSpec(
+        dp=4, pp=4, steps=3, seed=8, scenarios=[S.STAGE_IMBALANCE, S.FAULTY_MACHINE], worker=(1, 3)
+    )
     job = generate(spec)
     for lab in job.labels.causes:
         assert lab.slowdown_alone is not None and lab.marginal_slowdown is not None
