@@ -11,9 +11,10 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   point-to-point transfers are at least twice as slow as the typical worker's (with the
   collectives it takes part in, both ends of its P2P transfers, and every row of a batched P2P
   call it is part of) — ranked by excess transfer time; the best few are idealised one by one.
-  The most specific candidate (fewest ops) removing at least 90% of what the best one removes is the location (a stage's DP group yields to a member whose own P2P
-  transfers are slow and that explains as much: a collective runs at its slowest member's pace),
-  when that is at least half of what fixing all communication does; otherwise the slow communication
+  The most specific candidate (fewest ops) removing at least 90% of what the best one removes is
+  the location (a stage's DP group yields to a member whose own P2P transfers are slow and that
+  explains as much: a collective runs at its slowest member's pace), when that is at least half of
+  what fixing all communication does and its own ``MIN_SHARE``; otherwise the slow communication
   is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
   alone are not a straggler.
 """
