@@ -6,7 +6,8 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
 - paused forwards: robust z-score of that excess >= 8 and excess >= 20% of a typical forward;
 - forward-only: when some backwards also show an unmirrored excess of that size (heavy-tailed
   kernel noise hits both passes), the forward count must be improbable under a fair coin
-  (binomial p <= 0.01); a pause inside the forward leaves the backwards clean;
+  (binomial p <= 0.01); a pause inside the forward leaves the backwards clean. Only backwards
+  slow by at least half the smallest pause count as such noise (``backwards_as_slow``);
 - sporadic: no worker has pauses in more than half of its forwards (a worker slow in every
   forward is a machine), and pauses hit more than one (worker, step) pair;
 - not a job-wide stall: pauses of every worker (``STALL_WORKERS`` of them in large jobs) in one
@@ -34,7 +35,7 @@ from diagnosers.detectors.base import (
     rounded,
 )
 from diagnosers.detectors.registry import register
-from diagnosers.detectors.stats import OUTLIER_REL, OUTLIER_Z
+from diagnosers.detectors.stats import BWD, OUTLIER_REL, OUTLIER_Z
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -70,6 +71,24 @@ def paused_durations(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.ND
     return d
 
 
+def backwards_as_slow(stats: TraceStats, excess: float) -> int:
+    """Backwards that run at least half of ``excess`` seconds over their (stage, chunk) median.
+
+    The noise control must match the pauses in size: on a busy host a few backwards are 20% slow,
+    which says nothing about forwards that stopped for a second and a half."""
+    is_bwd = stats.optype == BWD
+    if not is_bwd.any():
+        return 0
+    n_chunks = int(stats.op_gmc.max(initial=0)) + 2
+    key = stats.op_pp[is_bwd].astype(np.int64) * n_chunks + stats.op_gmc[is_bwd] + 1
+    dur = stats.transfer[is_bwd]
+    med = np.zeros_like(dur)
+    for k in np.unique(key):
+        m = key == k
+        med[m] = np.median(dur[m])
+    return int(((dur - med) >= 0.5 * excess).sum())
+
+
 def job_wide_stall_steps(
     stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64]
 ) -> list[int]:
@@ -102,7 +121,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     worst_fraction = float((per_worker / fwd_per_worker).max())
     if worst_fraction > 0.5:
         return None
-    n_fwd, n_bwd = int(paused.sum()), stats.bwd_outliers
+    n_fwd = int(paused.sum())
+    n_bwd = min(stats.bwd_outliers, backwards_as_slow(stats, float(stats.fwd_excess[paused].min())))
     p_noise = noise_p_value(n_fwd, n_bwd)
     if n_bwd > 0 and p_noise > NOISE_P:
         return None  # backwards have as many such outliers: heavy-tailed op noise, not a pause
