@@ -50,7 +50,8 @@ def real() -> dict[str, list[recordings.Scored]]:
 
 def test_real_recordings_right_at_least_as_measured(real: dict[str, list[recordings.Scored]]) -> None:
     assert sum(r.right for r in real["tune"]) >= 13
-    assert sum(r.right for r in real["heldout"]) >= 5
+    # 5 of 9 at the held-out run; 6 after the one fix it led to (docs/ACCURACY.md)
+    assert sum(r.right for r in real["heldout"]) >= 6
 
 
 def test_real_healthy_recordings_name_no_machine_or_gc(real: dict[str, list[recordings.Scored]]) -> None:
@@ -62,7 +63,7 @@ def test_real_healthy_recordings_name_no_machine_or_gc(real: dict[str, list[reco
 
 def test_real_recordings_silent_misses_at_most_as_measured(real: dict[str, list[recordings.Scored]]) -> None:
     assert sum(r.silent_miss for r in real["tune"]) == 0
-    assert sum(r.silent_miss for r in real["heldout"]) <= 1
+    assert sum(r.silent_miss for r in real["heldout"]) == 0  # 1 at the held-out run, before the fix
 
 
 @pytest.mark.parametrize(
