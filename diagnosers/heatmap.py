@@ -67,7 +67,9 @@ class Heatmap(BaseModel):
     note: str | None = Field(None, description="how ranks were bucketed, when they were")
     vmin: float = VMIN
     vmax: float = VMAX
-    scale: Scale = Field("fixed", description="fixed: the study's 1.0-1.5; adaptive: stretched over the values")
+    scale: Scale = Field(
+        "fixed", description="fixed: the study's 1.0-1.5; adaptive: stretched over the values"
+    )
     clipped: int = Field(0, description="cells outside [vmin, vmax], drawn at the end colour")
     scale_note: str | None = Field(None, description="says when the scale is clipped, and what to do")
 

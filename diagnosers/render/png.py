@@ -125,7 +125,13 @@ def _annotate(fig: Any, ax: Any, heatmap: Heatmap, m: Any) -> None:
         for c in range(cols):
             v = m[r, c]
             ax.text(
-                c, r, f"{v:.2f}", ha="center", va="center", fontsize=size, color="white" if v > mid else "black"
+                c,
+                r,
+                f"{v:.2f}",
+                ha="center",
+                va="center",
+                fontsize=size,
+                color="white" if v > mid else "black",
             )
 
 

@@ -3,6 +3,7 @@ tick labels and cell values that never overlap at any grid size."""
 
 from __future__ import annotations
 
+import itertools
 from io import BytesIO
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_titles_say_in_words_what_a_cell_is() -> None:
 
 def _overlaps(boxes: list) -> bool:
     boxes = sorted(boxes, key=lambda b: b.x0)
-    return any(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
+    return any(a.overlaps(b) for a, b in itertools.pairwise(boxes))
 
 
 @pytest.mark.parametrize("dp,pp", [(2, 4), (16, 2), (32, 2), (64, 4), (96, 8), (512, 16)])
