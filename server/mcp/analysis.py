@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -104,6 +104,10 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         trace_id: TraceId,
         ctx: Context[Any],
         step: Annotated[int | None, Field(description="one step's heatmap; omit for the whole job")] = None,
+        scale: Annotated[
+            Literal["fixed", "adaptive"],
+            Field(description="colours: the study's fixed 1.0-1.5, or stretched over the values"),
+        ] = "fixed",
     ) -> Annotated[CallToolResult, HeatmapView]:
         """A DP-rank x PP-rank slowdown heatmap as a PNG image plus a text grid (1.0 = not slowed).
 
@@ -111,7 +115,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         GET /api/traces/{trace_id}/heatmap.png[?step=N].
         """
         L = lens()
-        png, hm, grid = await run(L.heatmap, trace_id, step)
+        png, hm, grid = await run(L.heatmap, trace_id, step, scale)
         view = heatmap_view(trace_id, hm, grid, len(png))
         return CallToolResult(
             content=[
