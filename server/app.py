@@ -25,6 +25,7 @@ from server.core.settings import Settings
 from server.mcp.tools import build_mcp
 from server.rest import routes as rest
 from server.web import pages as web
+from server.web.app_view import app_html
 
 # Request-body cap of /mcp: an inline upload of 1 MiB grows by 4/3 in base64, plus JSON framing.
 MCP_BODY_LIMIT = 2 * 1024 * 1024
@@ -50,7 +51,7 @@ async def _crash(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings) -> Starlette:
     """Build the whole server. Each call builds a fresh MCP server (a session manager runs once)."""
     holder = LensHolder()
-    mcp = build_mcp(settings, holder)
+    mcp = build_mcp(settings, holder, app_html=app_html())
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=False,  # keep SSE: progress notifications need it
