@@ -25,8 +25,10 @@ class TraceRow(BaseModel):
     n_steps: int
     diagnosed: bool
     slowdown: float | None = None
-    verdict: str | None = Field(None, description="straggling / mildly slowed / not straggling")
-    fidelity: str | None = Field(None, description="the diagnosis's fidelity verdict, when it has one")
+    verdict: str | None = Field(default=None, description="straggling / mildly slowed / not straggling")
+    fidelity: str | None = Field(
+        default=None, description="the diagnosis's fidelity verdict, when it has one"
+    )
     top_cause: str | None = None
 
 
