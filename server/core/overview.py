@@ -85,7 +85,11 @@ def trace_rows(lens: Lens, query: str | None, limit: int = 100) -> tuple[int, li
 
 def job_rows(lens: Lens) -> list[Any] | None:
     """Watched jobs and their windows, once the core stores them (the service loop); ``None``
-    until then, and the page leaves the section out."""
+    until then, and the page leaves the section out.
+
+    The seam: a ``Lens.job_overview()`` returning rows with ``name``, ``windows`` (count),
+    ``slowdown`` (latest window's S) and ``verdict`` fills the index's Jobs table; a job page
+    with the window history belongs beside ``/traces/{id}`` in ``server.web.pages``."""
     jobs = getattr(lens, "job_overview", None)
     return list(jobs()) if callable(jobs) else None
 
