@@ -3,10 +3,12 @@ OpenAPI document, the heatmap JSON route; and the MCP App contract (real SDK cli
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from conftest import TOKEN, Live, native_trace
@@ -111,12 +113,17 @@ def _dump(result: object) -> str:
     return json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)  # type: ignore[attr-defined]
 
 
-@pytest.mark.anyio
-async def test_the_app_is_listed_for_apps_clients_and_other_clients_get_the_old_answers(
-    tmp_path: Path,
-) -> None:
+def test_the_app_is_listed_for_apps_clients_and_other_clients_get_the_old_answers(tmp_path: Path) -> None:
     """A client that negotiates Apps lists and reads the ui:// resource; one that does not gets
-    byte for byte the answer of a server built without the App."""
+    byte for byte the answer of a server built without the App.
+
+    Run in a thread of its own: once a browser test ran, Playwright's sync API keeps an event
+    loop in the main thread for the rest of the session."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, _app_contract, tmp_path).result(timeout=600)
+
+
+async def _app_contract(tmp_path: Path) -> None:
     from diagnosers.samples import artifact_trace
 
     folder = artifact_trace("SE").parent.resolve()
