@@ -247,7 +247,9 @@ class LensReporter:
                 if not outcome.ok:
                     log.warning(
                         "straggler-lens: upload of %s failed after %d tries (%s); the trace stays there",
-                        path, outcome.tries, outcome.detail,
+                        path,
+                        outcome.tries,
+                        outcome.detail,
                     )
 
     def _endpoint(self, window: str) -> str:
@@ -279,7 +281,10 @@ class LensReporter:
                 return UploadOutcome(False, status, tries - 1, path, gave_up)
             try:
                 resp = client.put(
-                    self._endpoint(window), content=body, params=params, headers=headers,
+                    self._endpoint(window),
+                    content=body,
+                    params=params,
+                    headers=headers,
                     timeout=min(self.attempt_timeout, left),
                 )
                 status, detail = resp.status_code, resp.text[:300]

@@ -37,8 +37,16 @@ def free_port() -> int:
 
 def test_upload_retries_until_the_server_answers(tmp_path: Path) -> None:
     with Receiver(Script(statuses=[503, 502, 201])) as rx:
-        rep = LensReporter(rx.url, "job-a", rank=1, world_size=2, token="secret-token-123456",
-                           run="r1", out_dir=tmp_path, backoff=0.01)
+        rep = LensReporter(
+            rx.url,
+            "job-a",
+            rank=1,
+            world_size=2,
+            token="secret-token-123456",
+            run="r1",
+            out_dir=tmp_path,
+            backoff=0.01,
+        )
         rep.on_trace_ready(FakeProfiler(7))
         assert rep.close(10)
         reqs = rx.wait_for(3)
@@ -55,8 +63,10 @@ def test_upload_retries_until_the_server_answers(tmp_path: Path) -> None:
 def test_a_refusal_is_not_retried_and_only_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with Receiver(Script(statuses=[409])) as rx, caplog.at_level(logging.WARNING, "straggler_lens.client"):
         rep = LensReporter(rx.url, "job-a", rank=0, world_size=1, out_dir=tmp_path, backoff=0.01)
-        rep.send_records([{"metric": "forward-compute", "rank": 0, "step": 1, "start_ts": [1.0],
-                           "duration": [0.1]}], window="w1")
+        rep.send_records(
+            [{"metric": "forward-compute", "rank": 0, "step": 1, "start_ts": [1.0], "duration": [0.1]}],
+            window="w1",
+        )
         assert rep.close(10)
         assert len(rx.wait_for(1)) == 1
     assert rep.outcomes[0].status == 409 and rep.outcomes[0].tries == 1
@@ -67,8 +77,16 @@ def test_a_refusal_is_not_retried_and_only_warns(tmp_path: Path, caplog: pytest.
 
 
 def test_an_unreachable_server_gives_up_within_the_total_time(tmp_path: Path) -> None:
-    rep = LensReporter(f"http://127.0.0.1:{free_port()}", "job-a", rank=0, world_size=1,
-                       out_dir=tmp_path, backoff=0.2, max_tries=50, total_timeout=1.0)
+    rep = LensReporter(
+        f"http://127.0.0.1:{free_port()}",
+        "job-a",
+        rank=0,
+        world_size=1,
+        out_dir=tmp_path,
+        backoff=0.2,
+        max_tries=50,
+        total_timeout=1.0,
+    )
     rep.on_trace_ready(FakeProfiler(3))  # returns at once: the upload runs on its own thread
     assert rep.close(5)
     (outcome,) = rep.outcomes
