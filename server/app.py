@@ -135,8 +135,9 @@ async def _crash(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings) -> Starlette:
     """Build the whole server. Each call builds a fresh MCP server (a session manager runs once)."""
-    from server import rest
+    from server import rest, rest_jobs
     from server.mcp_tools import build_mcp
+    from server.monitor import start_monitor
 
     holder = LensHolder()
     mcp = build_mcp(settings, holder)
@@ -152,14 +153,17 @@ def create_app(settings: Settings) -> Starlette:
         async with open_lens(settings) as lens:
             holder.lens = lens
             app.state.lens = lens
+            app.state.monitor = monitor = start_monitor(lens)
             try:
-                async with mcp.session_manager.run():
+                async with anyio.create_task_group() as tg, mcp.session_manager.run():
+                    tg.start_soon(monitor.run)
                     yield
+                    tg.cancel_scope.cancel()
             finally:
                 holder.lens = None
 
     app = Starlette(
-        routes=[*rest.routes(), Route("/mcp", endpoint=mcp_app)],
+        routes=[*rest.routes(), *rest_jobs.routes(), Route("/mcp", endpoint=mcp_app)],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=lifespan,

@@ -222,8 +222,12 @@ class Monitor:
                 f"world size unknown: analysed the {len(w.ranks)} ranks that arrived by the grace deadline"
             )
         staging, files = self._stage_window(job, window)
-        result = self.lens.ingest(staging, files, dict(w.options), f"{job}/{window}")
-        diagnosis = self.lens.diagnosis(result.trace_id)
+        options = dict(w.options, partial=True) if w.missing_ranks or not w.world_size else dict(w.options)
+        try:
+            result = self.lens.ingest(staging, files, options, f"{job}/{window}")
+            diagnosis = self.lens.diagnosis(result.trace_id)
+        except ApiError as exc:  # keep what the notes say (missing ranks) next to the reader's words
+            raise ApiError(exc.status, exc.code, " ".join([*notes, exc.message])) from exc
         summary = window_summary(diagnosis, w.missing_ranks)
         summary["notes"] = notes + list(diagnosis.notes)[:20]
         return result.trace_id, summary, notes
@@ -419,3 +423,10 @@ def _ranges(values: list[int]) -> str:
     if start is not None:
         out.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ", ".join(out)
+
+
+def start_monitor(lens: Any) -> Monitor:
+    """The monitor of a running server, configured from its settings."""
+    st = lens.settings
+    ms = MonitorSettings(grace_s=st.grace_s, lease_s=st.lease_s, poll_s=st.poll_s, public_url=st.public_url)
+    return Monitor(lens, ms, st.alerts)

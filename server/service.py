@@ -45,8 +45,10 @@ READ_KEYS = ("format", "dp", "pp", "tp", "cp")
 
 
 def read_options(options: dict[str, Any]) -> ReadOptions:
-    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes)."""
-    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
+    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes; a
+    ``partial`` window, assembled without some ranks, is read as the smaller job it holds)."""
+    extra: dict[str, object] = {"partial": True} if options.get("partial") else {}
+    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None}, extra=extra)
 
 
 def shown_steps(steps: list[int], most: int = 20) -> str:
@@ -179,7 +181,7 @@ class Lens:
         try:
             if all(f.name.lower().endswith(META_SUFFIXES) for f in files):
                 raise ApiError(400, "no_trace_files", "the upload holds only meta yaml files, no trace")
-            opts = {k: options.get(k) for k in READ_KEYS if options.get(k) is not None}
+            opts = {k: options.get(k) for k in (*READ_KEYS, "partial") if options.get(k) is not None}
             chash = content_hash(files, opts)
             existing = self.store.find_by_hash(chash)
             if existing is not None:

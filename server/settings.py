@@ -10,6 +10,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MIB = 1024 * 1024
 
@@ -64,6 +65,15 @@ class Settings:
     max_inline_bytes: int = MAX_INLINE_BYTES
     preload_sample: bool = False
     trace_cache_size: int = 4
+    # the monitoring service (server/monitor.py): window grace period, lease and poll seconds,
+    # the address chat platforms see, parsed --alerts rules, slash-command secrets
+    grace_s: float = 300.0
+    lease_s: float = 60.0
+    poll_s: float = 0.5
+    public_url: str | None = None
+    alerts: Any = None
+    slack_signing_secret: str | None = None
+    mattermost_token: str | None = None
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

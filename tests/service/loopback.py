@@ -92,3 +92,49 @@ class Receiver:
         self.release()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class LiveLens:
+    """The real app under uvicorn in a thread on 127.0.0.1:<free port> (stops on exit)."""
+
+    def __init__(self, settings: object):
+        import uvicorn
+
+        from server.app import create_app
+
+        self.settings = settings
+        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")  # type: ignore[arg-type]
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> LiveLens:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+def wait_for(pred, timeout: float = 60.0, every: float = 0.1):  # type: ignore[no-untyped-def]
+    """Poll ``pred()`` until it returns a truthy value (returned) or fail after ``timeout`` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
+        time.sleep(every)
