@@ -24,6 +24,9 @@ class Script:
 
     statuses: list[int] = field(default_factory=lambda: [200])
     hold: int = 0
+    # with a key header: answer 500 to the first ``fail_first`` requests of each key, then 200
+    fail_first: int = 0
+    key_header: str | None = None
 
 
 class Receiver:
@@ -50,9 +53,14 @@ class Receiver:
                     index = len(owner.requests)
                     owner.requests.append(rec)
                     owner.arrived.notify_all()
+                key = rec.headers.get(owner.script.key_header or "", "")
                 if index < owner.script.hold:
                     owner._released.wait(60)
                     status = 500
+                elif owner.script.key_header:
+                    with owner._lock:
+                        seen = sum(1 for r in owner.requests if r.headers.get(owner.script.key_header) == key)
+                    status = 500 if seen <= owner.script.fail_first else 200
                 else:
                     statuses = owner.script.statuses
                     status = statuses[min(index - owner.script.hold, len(statuses) - 1)]

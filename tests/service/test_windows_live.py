@@ -25,7 +25,9 @@ def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLens]:
         yield live
 
 
-def send(url: str, job: str, window: str, folder: Path, ranks: list[int], tmp: Path, world: int = 4) -> None:
+def send_windows(
+    url: str, job: str, window: str, folder: Path, ranks: list[int], tmp: Path, world: int = 4
+) -> None:
     """Each rank's own reporter streams its recorded file, as the ranks of a job would."""
     reps = []
     for r in ranks:
@@ -50,13 +52,13 @@ def done(lens: LiveLens, job: str, window: str) -> dict:
 
 
 def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) -> None:
-    send(lens.url, "llama-run7", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp_path)
+    send_windows(lens.url, "llama-run7", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp_path)
     w1 = done(lens, "llama-run7", "w1")
     assert w1["status"] == "done", w1
     assert w1["ranks_received"] == 4 and w1["missing_ranks"] == [] and w1["trace_id"]
     assert w1["slowdown"] > 1.1 and w1["causes"], w1
     assert w1["fidelity"] == "unknown" or w1["fidelity"]
-    send(lens.url, "llama-run7", "w2", EXAMPLES / "baseline" / "traces", [0, 1, 2, 3], tmp_path)
+    send_windows(lens.url, "llama-run7", "w2", EXAMPLES / "baseline" / "traces", [0, 1, 2, 3], tmp_path)
     w2 = done(lens, "llama-run7", "w2")
     assert w2["status"] == "done"
     jobs = api(lens, "/api/jobs").json()
@@ -75,14 +77,14 @@ def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) ->
 
 def test_grace_period_names_the_missing_rank(lens: LiveLens, tmp_path: Path) -> None:
     dp8 = HELDOUT / "slow-rank-dp8" / "traces"
-    send(lens.url, "partial", "w1", dp8, [0, 1, 2, 4, 5, 6], tmp_path, world=8)
+    send_windows(lens.url, "partial", "w1", dp8, [0, 1, 2, 4, 5, 6], tmp_path, world=8)
     w = api(lens, "/api/jobs/partial/windows/w1").json()
     assert w["status"] == "receiving" and w["missing_ranks"] == [3, 7]
     w = done(lens, "partial", "w1")
     assert w["status"] == "done" and w["missing_ranks"] == [3, 7]
     assert "ranks 3, 7 of 8 did not arrive within the grace period" in " ".join(w["notes"]), w
     # a pipeline window the reader cannot read without a rank fails, naming the missing rank
-    send(lens.url, "partial", "w2", EXAMPLES / "slow-rank" / "traces", [0, 1, 2], tmp_path)
+    send_windows(lens.url, "partial", "w2", EXAMPLES / "slow-rank" / "traces", [0, 1, 2], tmp_path)
     w = done(lens, "partial", "w2")
     assert w["status"] == "failed" and w["reason"].startswith("ranks 3 of 4 did not arrive"), w
     late = httpx.put(
