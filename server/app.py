@@ -135,7 +135,7 @@ async def _crash(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings) -> Starlette:
     """Build the whole server. Each call builds a fresh MCP server (a session manager runs once)."""
-    from server import rest, rest_jobs
+    from server import chat_commands, rest, rest_jobs
     from server.mcp_tools import build_mcp
     from server.monitor import start_monitor
 
@@ -163,7 +163,12 @@ def create_app(settings: Settings) -> Starlette:
                 holder.lens = None
 
     app = Starlette(
-        routes=[*rest.routes(), *rest_jobs.routes(), Route("/mcp", endpoint=mcp_app)],
+        routes=[
+            *rest.routes(),
+            *rest_jobs.routes(),
+            *chat_commands.routes(),
+            Route("/mcp", endpoint=mcp_app),
+        ],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=lifespan,

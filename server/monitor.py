@@ -27,12 +27,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 
 from server.alert_rules import AlertRules, Destination, firing
@@ -117,6 +118,7 @@ class Monitor:
         self.windows_dir = Path(lens.store.data_dir) / "windows"
         self.windows_dir.mkdir(parents=True, exist_ok=True)
         self._wake = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
         if self.rules.rules and self.settings.lease_s < 2 * self.rules.delivery.timeout_s:
             raise ValueError("the lease must be at least twice the delivery timeout")
 
@@ -396,9 +398,17 @@ class Monitor:
     async def run(self) -> None:
         """All three loops, until cancelled (the server's lifespan ends)."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             tg.start_soon(self.assembly_loop)
             tg.start_soon(self.analysis_loop)
             tg.start_soon(self.delivery_loop)
+
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the monitor's task group: work that outlives a request (a slash
+        command's delayed answer); ends with the server."""
+        if self._tg is None:
+            raise ApiError(503, "not_running", "the monitoring service is not running")
+        self._tg.start_soon(fn, *args)
 
     def wait_until(self, pred: Callable[[], bool], timeout: float) -> bool:
         """Poll ``pred`` for up to ``timeout`` seconds (CLI and tests)."""

@@ -74,6 +74,7 @@ class Settings:
     alerts: Any = None
     slack_signing_secret: str | None = None
     mattermost_token: str | None = None
+    chat_answer_s: float = 2.5  # slower slash-command answers go to response_url (platform limit 3 s)
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

@@ -26,12 +26,19 @@ def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLens]:
 
 
 def send_windows(
-    url: str, job: str, window: str, folder: Path, ranks: list[int], tmp: Path, world: int = 4
+    url: str,
+    job: str,
+    window: str,
+    folder: Path,
+    ranks: list[int],
+    tmp: Path,
+    world: int = 4,
+    token: str | None = TOKEN,
 ) -> None:
     """Each rank's own reporter streams its recorded file, as the ranks of a job would."""
     reps = []
     for r in ranks:
-        rep = LensReporter(url, job, rank=r, world_size=world, token=TOKEN, out_dir=tmp)
+        rep = LensReporter(url, job, rank=r, world_size=world, token=token, out_dir=tmp)
         rep.submit(folder / f"kineto_rank{r}.json.gz", window)
         reps.append(rep)
     for rep in reps:
