@@ -109,6 +109,7 @@ class LensHolder:
 
     def __init__(self) -> None:
         self.lens: Lens | None = None
+        self.monitor: Any = None
 
     def require(self) -> Lens:
         if self.lens is None:
@@ -153,14 +154,14 @@ def create_app(settings: Settings) -> Starlette:
         async with open_lens(settings) as lens:
             holder.lens = lens
             app.state.lens = lens
-            app.state.monitor = monitor = start_monitor(lens)
+            app.state.monitor = holder.monitor = monitor = start_monitor(lens)
             try:
                 async with anyio.create_task_group() as tg, mcp.session_manager.run():
                     tg.start_soon(monitor.run)
                     yield
                     tg.cancel_scope.cancel()
             finally:
-                holder.lens = None
+                holder.lens = holder.monitor = None
 
     app = Starlette(
         routes=[

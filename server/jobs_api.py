@@ -99,6 +99,22 @@ class Comparison(BaseModel):
     )
 
 
+class AlertDetail(BaseModel):
+    """One alert: what fired, its payload, and per destination the delivery state and log."""
+
+    id: str
+    rule: str
+    job: str
+    window: str
+    cause: str
+    kind: str = Field(description="new | reminder")
+    created_at: str
+    payload: dict[str, Any]
+    outbox: list[dict[str, Any]] = Field(
+        description="per destination: state, tries, and the log of every try"
+    )
+
+
 class AlertList(BaseModel):
     total: int
     alerts: list[dict[str, Any]]
@@ -215,7 +231,7 @@ def list_alerts(monitor: Any, job: str | None = None, limit: int = 20, offset: i
     return AlertList(total=total, alerts=rows, truncated=offset + len(rows) < total)
 
 
-def get_alert(monitor: Any, alert_id: str) -> dict[str, Any]:
+def get_alert(monitor: Any, alert_id: str) -> AlertDetail:
     """One alert with its payload and the delivery log (every try) of each destination."""
     if not alert_id.isalnum() or len(alert_id) > 64:
         raise ApiError(400, "bad_parameter", f"alert id {alert_id!r} is not an alert id")
@@ -223,4 +239,4 @@ def get_alert(monitor: Any, alert_id: str) -> dict[str, Any]:
     if a is None:
         raise not_found("alert", alert_id, "list alerts with GET /api/alerts")
     a["created_at"] = _iso(a["created_at"])
-    return dict(a)
+    return AlertDetail(**a)

@@ -237,6 +237,9 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         from server.mcp_incidents import register_incident_tools
 
         register_incident_tools(mcp, lens, have)
+    from server.mcp_jobs import register_job_tools
+
+    register_job_tools(mcp, lambda: getattr(holder, "monitor", None))
 
     # -- resources and prompt ----------------------------------------------------------------------
 

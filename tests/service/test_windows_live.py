@@ -114,3 +114,30 @@ def test_bad_ingestion_requests_are_4xx(lens: LiveLens) -> None:
     assert httpx.put(lens.url + "/api/jobs/j/windows/w/ranks/0", content=b"x").status_code == 401
     assert api(lens, "/api/jobs/nope").status_code == 404
     assert api(lens, "/api/jobs/llama-run7/compare", before="w1").status_code == 400
+
+
+@pytest.mark.anyio
+async def test_mcp_tools_over_real_http(lens: LiveLens) -> None:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=auth) as hc,
+        Client(streamable_http_client(f"{lens.url}/mcp", http_client=hc)) as c,
+    ):
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {"list_jobs", "get_job", "get_window", "compare_windows", "list_alerts", "get_alert"} <= names
+        jobs = (await c.call_tool("list_jobs", {"pattern": "llama-*"})).structured_content
+        assert [j["job"] for j in jobs["jobs"]] == ["llama-run7"]
+        job = (await c.call_tool("get_job", {"job": "llama-run7", "limit": 5})).structured_content
+        assert [w["status"] for w in job["windows"]] == ["done", "done"]
+        win = (await c.call_tool("get_window", {"job": "llama-run7", "window": "w1"})).structured_content
+        assert win["status"] == "done" and win["summary"]["causes"]
+        cmp = await c.call_tool("compare_windows", {"job": "llama-run7", "before": "w1", "after": "w2"})
+        assert not cmp.is_error and cmp.structured_content["improved"]
+        missing = await c.call_tool("get_job", {"job": "no-such-job"})
+        assert missing.is_error and "list_jobs" in missing.content[0].text
+        bad = await c.call_tool("get_job", {"job": "x", "limit": 1000})
+        assert bad.is_error
