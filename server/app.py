@@ -8,12 +8,8 @@ token cover every route, not only ``/mcp``.
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 import anyio
 from starlette.applications import Starlette
@@ -23,98 +19,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.errors import ApiError, error_response
-from server.security import HostPolicy, SecurityMiddleware
-from server.service import Lens
-from server.settings import Settings
-from server.store import Store
-
-log = logging.getLogger("straggler_lens.server")
-
+from server.chat import commands as chat
+from server.core.errors import ApiError, error_response
+from server.core.monitor import start_monitor
+from server.core.runtime import LensHolder, app_version, log, open_lens
+from server.core.security import HostPolicy, SecurityMiddleware
+from server.core.settings import Settings
+from server.mcp.tools import build_mcp
+from server.rest import jobs as rest_jobs
+from server.rest import routes as rest
 
 # Request-body cap of /mcp: an inline upload of 1 MiB grows by 4/3 in base64, plus JSON framing.
 MCP_BODY_LIMIT = 2 * 1024 * 1024
-
-
-def app_version() -> str:
-    try:
-        return version("straggler-lens")
-    except PackageNotFoundError:
-        return "0.0.0"
-
-
-def features() -> dict[str, bool]:
-    """Which optional pieces are installed (tools whose module is missing are not offered)."""
-
-    def has(mod: str) -> bool:
-        try:
-            return importlib.util.find_spec(mod) is not None
-        except ModuleNotFoundError:
-            return False
-
-    return {
-        "whatif": has("diagnosers.whatif"),
-        "diagnose": has("diagnosers.diagnose"),
-        "heatmap": has("diagnosers.render"),
-        "incidents": has("incidents.search") and has("incidents.library"),
-        "similar": has("incidents.similar"),
-    }
-
-
-def open_library() -> Any:
-    """The incident library, or None when the incidents package is not installed."""
-    try:
-        import incidents.library  # noqa: F401
-    except ModuleNotFoundError:
-        return None
-    from incidents.library import load_library
-
-    library = load_library()
-    _ = library.index  # build the search index now rather than on the first query
-    return library
-
-
-def preload_sample(lens: Lens) -> str:
-    """Store the bundled ST sample (idempotent: the content hash finds it on later starts)."""
-    from diagnosers.samples import artifact_trace
-    from server.ingest import UploadBudget, write_bytes
-
-    trace = artifact_trace("ST")
-    paths = [trace, trace.with_name("meta-ST.yaml")]
-    staging = lens.store.staging_dir()
-    budget = UploadBudget(lens.settings.max_upload_bytes, lens.settings.max_decompressed_bytes)
-    files = [write_bytes(staging, p.name, p.read_bytes(), budget) for p in paths]
-    result = lens.ingest(staging, files, {}, "sample ST (pipeline stage imbalance)")
-    return result.trace_id
-
-
-@asynccontextmanager
-async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
-    """Open the store and the incident library; close the store on the way out."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = await anyio.to_thread.run_sync(Store(settings.data_dir).open)
-    try:
-        library = await anyio.to_thread.run_sync(open_library)
-        lens = Lens(settings, store, library)
-        if settings.preload_sample:
-            tid = await anyio.to_thread.run_sync(preload_sample, lens)
-            log.info("sample trace ST stored as %s", tid)
-        yield lens
-    finally:
-        store.close()
-
-
-class LensHolder:
-    """Where the lifespan puts the running ``Lens`` for the MCP tools (built before it opens)."""
-
-    def __init__(self) -> None:
-        self.lens: Lens | None = None
-        self.monitor: Any = None
-
-    def require(self) -> Lens:
-        if self.lens is None:
-            raise RuntimeError("the server is not running (lifespan not entered)")
-        return self.lens
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -136,10 +52,6 @@ async def _crash(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings) -> Starlette:
     """Build the whole server. Each call builds a fresh MCP server (a session manager runs once)."""
-    from server import chat_commands, rest, rest_jobs
-    from server.mcp_tools import build_mcp
-    from server.monitor import start_monitor
-
     holder = LensHolder()
     mcp = build_mcp(settings, holder)
     mcp_app = mcp.streamable_http_app(
@@ -154,6 +66,7 @@ def create_app(settings: Settings) -> Starlette:
         async with open_lens(settings) as lens:
             holder.lens = lens
             app.state.lens = lens
+            # the monitoring service: window assembly, background analysis, alert delivery
             app.state.monitor = holder.monitor = monitor = start_monitor(lens)
             try:
                 async with anyio.create_task_group() as tg, mcp.session_manager.run():
@@ -164,12 +77,7 @@ def create_app(settings: Settings) -> Starlette:
                 holder.lens = holder.monitor = None
 
     app = Starlette(
-        routes=[
-            *rest.routes(),
-            *rest_jobs.routes(),
-            *chat_commands.routes(),
-            Route("/mcp", endpoint=mcp_app),
-        ],
+        routes=[*rest.routes(), *rest_jobs.routes(), *chat.routes(), Route("/mcp", endpoint=mcp_app)],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=lifespan,

@@ -35,5 +35,5 @@ def test_core_packages_never_import_server() -> None:
 
 def test_layering_check_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from server.store import Store\nimport mcp.server\n", encoding="utf-8")
-    assert {"server.store", "mcp.server"} <= _imported_modules(bad)
+    bad.write_text("from server.core.store import Store\nimport mcp.server\n", encoding="utf-8")
+    assert {"server.core.store", "mcp.server"} <= _imported_modules(bad)

@@ -68,7 +68,7 @@ def test_a_failing_similar_search_becomes_a_note() -> None:
 
 def test_the_incident_library_plugs_in() -> None:
     # Through the CLI's own lookup, as users get it.
-    from server.commands.diagnose import similar_function
+    from server.cli.commands.diagnose import similar_function
 
     similar = similar_function()
     job = generate(ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3, seed=8, scenarios=["gc-pause"]))

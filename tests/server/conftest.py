@@ -13,7 +13,7 @@ import pytest
 from lens_testing import TOKEN, Live, LiveServer
 
 from diagnosers.samples import artifact_trace
-from server.settings import Settings
+from server.core.settings import Settings
 
 
 @pytest.fixture

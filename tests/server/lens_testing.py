@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
 
 TOKEN = "test-token-0123456789abcdef"
 

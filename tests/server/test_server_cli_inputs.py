@@ -40,7 +40,7 @@ def test_analyze_and_diagnose_share_the_reading_arguments() -> None:
     common += ["--cp", "1", "--vpp", "2", "--gpus-per-host", "4", "--layers-per-stage", "9,9,9,9"]
     a = parser.parse_args(["analyze", *common])
     d = parser.parse_args(["diagnose", *common])
-    from server.commands.trace_args import read_options
+    from server.cli.commands.trace_args import read_options
 
     assert read_options(a) == read_options(d)
     opts = read_options(d)

@@ -168,7 +168,7 @@ def test_reports_survive_a_restart(live: Live, st_id: str, tmp_path: Path) -> No
     """A second server on the same data folder answers from the cached results without recomputing."""
     from lens_testing import LiveServer
 
-    from server.settings import Settings
+    from server.core.settings import Settings
 
     with httpx.Client(base_url=live.url, timeout=60) as http:
         assert (

@@ -13,9 +13,9 @@ from lens_testing import Live, native_jsonl
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from server.app import LensHolder
-from server.mcp_tools import build_mcp
-from server.settings import Settings
+from server.core.runtime import LensHolder
+from server.core.settings import Settings
+from server.mcp.tools import build_mcp
 
 TRACE_TOOLS = {"upload_trace", "list_traces", "describe_trace"}
 

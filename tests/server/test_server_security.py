@@ -15,8 +15,8 @@ from lens_testing import TOKEN, Live, native_jsonl
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from server.security import PathNotAllowed, resolve_allowed
-from server.settings import Settings, SettingsError
+from server.core.security import PathNotAllowed, resolve_allowed
+from server.core.settings import Settings, SettingsError
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 INIT = {
@@ -259,8 +259,8 @@ async def test_a_stalled_upload_times_out_with_408() -> None:
     import anyio
     from starlette.requests import Request
 
-    from server.errors import ApiError
-    from server.uploads import body_chunks
+    from server.core.errors import ApiError
+    from server.core.uploads import body_chunks
 
     sent = False
 

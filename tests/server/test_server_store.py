@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from server.errors import ApiError
-from server.ingest import UploadBudget, content_hash, write_bytes
-from server.service import Lens
-from server.settings import Settings
-from server.store import Store
+from server.core.errors import ApiError
+from server.core.service import Lens
+from server.core.settings import Settings
+from server.core.staging import UploadBudget, content_hash, write_bytes
+from server.core.store import Store
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import httpx
 from loopback import LiveLens, Receiver, Script, wait_for
 from test_windows_live import EXAMPLES, send_windows
 
-from server.alert_rules import parse_rules
-from server.settings import Settings
+from server.core.alert_rules import parse_rules
+from server.core.settings import Settings
 
 SECRET = "alert-secret-0123456789abcdef"
 

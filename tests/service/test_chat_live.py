@@ -16,7 +16,7 @@ import pytest
 from loopback import LiveLens, Receiver, wait_for
 from test_windows_live import EXAMPLES, send_windows
 
-from server.settings import Settings
+from server.core.settings import Settings
 
 TOKEN = "bearer-token-0123456789"
 SLACK = "slack-signing-secret-0123"

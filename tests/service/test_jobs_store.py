@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from server.jobs_store import AlertCandidate, JobStore, WindowConflict, backoff_delay
-from server.store import Store
+from server.core.jobs_store import AlertCandidate, JobStore, WindowConflict, backoff_delay
+from server.core.store import Store
 
 
 @pytest.fixture

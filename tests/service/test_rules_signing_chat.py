@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from diagnosers.vocab import CauseId
-from server.alert_rules import RulesError, firing, load_rules, parse_rules
-from server.chat_render import render_blocks, render_markdown, slack_message
-from server.history import compare, spearman, trend, window_summary
-from server.signing import mattermost_refusal, slack_refusal, verify_webhook, webhook_headers
+from server.core.alert_rules import RulesError, firing, load_rules, parse_rules
+from server.core.chat_render import render_blocks, render_markdown, slack_message
+from server.core.history import compare, spearman, trend, window_summary
+from server.core.signing import mattermost_refusal, slack_refusal, verify_webhook, webhook_headers
 
 SECRET = "webhook-secret-0123456789"
 

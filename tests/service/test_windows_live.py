@@ -10,8 +10,8 @@ import httpx
 import pytest
 from loopback import LiveLens, wait_for
 
+from server.core.settings import Settings
 from server.ingest_client import LensReporter
-from server.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "kineto_example"
 HELDOUT = Path(__file__).resolve().parents[1] / "data" / "kineto_heldout"

@@ -1,0 +1,1 @@
+"""The MCP surface (tools, resources, prompt). Imports the core, never another surface."""

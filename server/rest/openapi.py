@@ -1,0 +1,201 @@
+"""The OpenAPI 3.1 document of the REST API, built from the same pydantic models the routes return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from server.core.errors import ErrorBody
+from server.core.models import Health, TraceInfo, TraceList, UploadResult
+
+
+def _schemas(models: list[type[BaseModel]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    return out
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _q(name: str, description: str, kind: str = "string", required: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": {"type": kind},
+    }
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+ERRORS = {
+    "400": _json("ErrorBody", "bad request (the message names the parameter)"),
+    "401": _json("ErrorBody", "missing or wrong bearer token"),
+    "404": _json("ErrorBody", "unknown id"),
+    "421": _json("ErrorBody", "Host header not allowed"),
+    "403": _json("ErrorBody", "Origin header not allowed"),
+}
+PAGE = [_q("limit", "page size, 1..100", "integer"), _q("offset", "items to skip", "integer")]
+TRACE = _path("trace_id", "trace handle returned by the upload")
+
+
+def build_openapi(version: str) -> dict[str, Any]:
+    """The document served at ``/api/openapi.json``."""
+    models: list[type[BaseModel]] = [ErrorBody, Health, TraceInfo, TraceList, UploadResult]
+    extra: dict[str, Any] = {}
+    try:
+        from diagnosers.report import WhatIfReport
+
+        models.append(WhatIfReport)
+    except ImportError:
+        pass
+    try:
+        from diagnosers.diagnose import Diagnosis
+
+        models.append(Diagnosis)
+    except ImportError:
+        extra["Diagnosis"] = {"type": "object"}
+    schemas = {**_schemas(models), **extra}
+    paths: dict[str, Any] = {
+        "/healthz": {"get": {"summary": "Liveness and counts", "responses": {"200": _json("Health", "ok")}}},
+        "/api/traces": {
+            "post": {
+                "summary": "Upload one job's trace",
+                "description": "multipart/form-data with every file part named `files` (per-rank trace "
+                "files plus an optional meta .yaml), or a raw body. gzip accepted. Same content again "
+                "answers 200 with the existing trace_id.",
+                "parameters": [
+                    _q("filename", "raw body: the file name (its suffix helps detect the format)"),
+                    _q("format", "reader name; default: detect"),
+                    *[_q(k, f"{k} size, overrides the meta", "integer") for k in ("dp", "pp", "tp", "cp")],
+                ],
+                "requestBody": {
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "files": {
+                                        "type": "array",
+                                        "items": {"type": "string", "format": "binary"},
+                                    }
+                                },
+                            }
+                        },
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                    }
+                },
+                "responses": {
+                    "201": _json("UploadResult", "stored"),
+                    "200": _json("UploadResult", "already stored (same content)"),
+                    "413": _json("ErrorBody", "over --max-upload-mb or the decompression cap"),
+                    "422": _json("ErrorBody", "the reader rejected the trace; the message says where"),
+                    **ERRORS,
+                },
+            },
+            "get": {
+                "summary": "List stored traces",
+                "parameters": PAGE,
+                "responses": {"200": _json("TraceList", "page"), **ERRORS},
+            },
+        },
+        "/api/traces/{trace_id}": {
+            "get": {
+                "summary": "Describe a trace",
+                "parameters": [TRACE],
+                "responses": {"200": _json("TraceInfo", "ok"), **ERRORS},
+            }
+        },
+        "/api/traces/{trace_id}/whatif": {
+            "get": {
+                "summary": "The full what-if report",
+                "parameters": [TRACE],
+                "responses": {"200": _json("WhatIfReport", "ok"), **ERRORS},
+            }
+        },
+        "/api/traces/{trace_id}/diagnosis": {
+            "get": {
+                "summary": "The diagnosis",
+                "parameters": [TRACE],
+                "responses": {"200": _json("Diagnosis", "ok"), **ERRORS},
+            }
+        },
+        "/api/traces/{trace_id}/heatmap.png": {
+            "get": {
+                "summary": "DP x PP slowdown heatmap",
+                "parameters": [TRACE, _q("step", "one step's heatmap instead of the job's", "integer")],
+                "responses": {"200": {"description": "PNG", "content": {"image/png": {}}}, **ERRORS},
+            }
+        },
+    }
+    paths.update(incident_paths())
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Straggler Lens", "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+def incident_paths() -> dict[str, Any]:
+    obj = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
+    filters = [
+        _q("q", "free-text query"),
+        _q("category", "incident category"),
+        _q("cause", "cause id"),
+        _q("tag", "tag"),
+        _q("topic", "topic name"),
+        _q("org", "organisation"),
+        _q("year_from", "earliest year", "integer"),
+        _q("year_to", "latest year", "integer"),
+        *PAGE,
+    ]
+    case = _path("case_id", "incident id, e.g. IL-0417")
+    return {
+        "/api/cases": {
+            "get": {"summary": "Search incidents", "parameters": filters, "responses": {"200": obj, **ERRORS}}
+        },
+        "/api/cases/{case_id}": {
+            "get": {"summary": "One incident", "parameters": [case], "responses": {"200": obj, **ERRORS}}
+        },
+        "/api/cases/{case_id}/similar": {
+            "get": {
+                "summary": "Incidents similar to one",
+                "parameters": [case, _q("limit", "1..20", "integer")],
+                "responses": {"200": obj, **ERRORS},
+            }
+        },
+        "/api/topics/{name}": {
+            "get": {
+                "summary": "A topic page",
+                "parameters": [_path("name", "topic name")],
+                "responses": {"200": obj, **ERRORS},
+            }
+        },
+        "/api/vocab": {
+            "get": {"summary": "Cause ids, patterns, categories", "responses": {"200": obj, **ERRORS}}
+        },
+    }

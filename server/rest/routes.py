@@ -1,0 +1,237 @@
+"""REST routes under ``/api`` plus ``/healthz``: validate, call ``Lens``, wrap as JSON.
+
+Every error leaves as the one shape of ``server.core.errors`` (``{"error": {status, code, message}}``).
+The OpenAPI document is built in ``server.rest.openapi`` from the same models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from server.core.errors import ApiError
+from server.core.models import Health, TraceList
+from server.core.runtime import features
+from server.core.service import Lens
+from server.core.staging import UploadBudget
+from server.core.uploads import receive_upload
+
+MAX_PAGE = 100
+
+
+def lens_of(request: Request) -> Lens:
+    lens: Lens = request.app.state.lens
+    return lens
+
+
+def int_param(
+    request: Request, name: str, default: int | None, lo: int = 0, hi: int | None = None
+) -> int | None:
+    """An integer query parameter within [lo, hi], or a 400 naming the parameter."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "bad_parameter", f"{name}={raw!r} is not an integer") from None
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise ApiError(400, "bad_parameter", f"{name}={value} must be {bound}")
+    return value
+
+
+def page(request: Request, default_limit: int = 20) -> tuple[int, int]:
+    limit = int_param(request, "limit", default_limit, 1, MAX_PAGE)
+    offset = int_param(request, "offset", 0, 0)
+    assert limit is not None and offset is not None
+    return limit, offset
+
+
+def upload_options(fields: dict[str, str]) -> dict[str, Any]:
+    """The read options of an upload (``format`` and positive ``dp, pp, tp, cp``)."""
+    out: dict[str, Any] = {}
+    if fields.get("format"):
+        out["format"] = fields["format"]
+    for key in ("dp", "pp", "tp", "cp"):
+        raw = fields.get(key)
+        if raw:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
+            if out[key] < 1:
+                raise ApiError(400, "bad_parameter", f"{key}={raw} must be >= 1")
+    return out
+
+
+async def healthz(request: Request) -> Response:
+    lens = lens_of(request)
+    total, _ = await anyio.to_thread.run_sync(lens.store.page, 1, 0)
+    body = Health(
+        status="ok",
+        version=request.app.state.version,
+        traces=total,
+        incidents=lens.incident_count(),
+        features=features(),
+        executor=lens.executor.status() if lens.executor is not None else None,
+    )
+    return JSONResponse(body.model_dump())
+
+
+async def post_trace(request: Request) -> Response:
+    """Upload one job's trace files: multipart parts named ``files`` or a raw body."""
+    lens = lens_of(request)
+    settings = lens.settings
+    budget = UploadBudget(settings.max_upload_bytes, settings.max_decompressed_bytes)
+    # one mkdir on the loop: no await between creating the folder and guarding it, so a
+    # cancelled request cannot leak it
+    staging = lens.store.staging_dir()
+    try:
+        files, fields = await receive_upload(request, staging, budget)
+        options = upload_options(fields)
+    except BaseException:
+        lens.store.discard(staging)
+        raise
+    name = fields.get("filename") or ", ".join(sorted(f.name for f in files))[:200]
+    result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+
+
+async def list_traces(request: Request) -> Response:
+    lens = lens_of(request)
+    limit, offset = page(request)
+
+    def run() -> TraceList:
+        total, recs = lens.store.page(limit, offset)
+        items = [lens.info(r) for r in recs]
+        return TraceList(
+            total=total, limit=limit, offset=offset, truncated=offset + len(items) < total, items=items
+        )
+
+    return JSONResponse((await anyio.to_thread.run_sync(run)).model_dump())
+
+
+async def get_trace(request: Request) -> Response:
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    return JSONResponse(lens.info(lens.record(tid)).model_dump())
+
+
+async def result_document(request: Request, kind: str) -> Response:
+    """The stored JSON document as is (hot documents come from memory, without a thread hop)."""
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    body = lens.peek("json", kind, tid)
+    if body is None:
+        body = await anyio.to_thread.run_sync(lens.result_json, kind, tid)
+    return Response(body, media_type="application/json")
+
+
+async def get_whatif(request: Request) -> Response:
+    return await result_document(request, "whatif")
+
+
+async def get_diagnosis(request: Request) -> Response:
+    return await result_document(request, "diagnosis")
+
+
+async def get_heatmap_png(request: Request) -> Response:
+    lens = lens_of(request)
+    step = int_param(request, "step", None, lo=-(2**62))
+    png, _, _ = await anyio.to_thread.run_sync(lens.heatmap, request.path_params["trace_id"], step)
+    return Response(png, media_type="image/png")
+
+
+# -- incidents (mirrors the IL-0417 API) ----------------------------------------------------------
+
+CASE_FILTERS = ("category", "cause", "tag", "topic", "org")
+
+
+def library_of(request: Request) -> Any:
+    lib = lens_of(request).library
+    if lib is None:
+        raise ApiError(503, "no_library", "the incident library is not installed on this server")
+    return lib
+
+
+async def list_cases(request: Request) -> Response:
+    from server.core.incident_glue import search_or_list
+
+    lib = library_of(request)
+    limit, offset = page(request, default_limit=10)
+    filters: dict[str, Any] = {k: request.query_params.get(k) or None for k in CASE_FILTERS}
+    filters["year_from"] = int_param(request, "year_from", None, 1990, 2100)
+    filters["year_to"] = int_param(request, "year_to", None, 1990, 2100)
+    q = request.query_params.get("q")
+    result = await anyio.to_thread.run_sync(search_or_list, lib, q, filters, limit, offset)
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def get_case(request: Request) -> Response:
+    from incidents.search import get_incident
+    from server.core.incident_glue import call
+
+    lib = library_of(request)
+    case = await anyio.to_thread.run_sync(
+        lambda: call(get_incident, request.path_params["case_id"], library=lib)
+    )
+    return JSONResponse(case.model_dump(mode="json"))
+
+
+async def similar_cases(request: Request) -> Response:
+    from server.core.incident_glue import similar
+
+    lens = lens_of(request)
+    library_of(request)
+    limit = int_param(request, "limit", 5, 1, 20) or 5
+    result = await anyio.to_thread.run_sync(
+        lambda: similar(lens, case_id=request.path_params["case_id"], trace_id=None, text=None, limit=limit)
+    )
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def get_topic(request: Request) -> Response:
+    from incidents.search import get_topic as topic_of
+    from server.core.incident_glue import call
+
+    lib = library_of(request)
+    topic = await anyio.to_thread.run_sync(lambda: call(topic_of, request.path_params["name"], library=lib))
+    return JSONResponse(topic.model_dump(mode="json"))
+
+
+async def get_vocab(request: Request) -> Response:
+    from incidents.search import vocab
+    from server.core.incident_glue import call
+
+    lib = library_of(request)
+    result = await anyio.to_thread.run_sync(lambda: call(vocab, library=lib))
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def openapi(request: Request) -> Response:
+    from server.rest.openapi import build_openapi
+
+    return JSONResponse(build_openapi(request.app.state.version))
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/api/openapi.json", openapi, methods=["GET"]),
+        Route("/api/traces", post_trace, methods=["POST"]),
+        Route("/api/traces", list_traces, methods=["GET"]),
+        Route("/api/traces/{trace_id}", get_trace, methods=["GET"]),
+        Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
+        Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
+        Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),
+        Route("/api/cases", list_cases, methods=["GET"]),
+        Route("/api/cases/{case_id}", get_case, methods=["GET"]),
+        Route("/api/cases/{case_id}/similar", similar_cases, methods=["GET"]),
+        Route("/api/topics/{name}", get_topic, methods=["GET"]),
+        Route("/api/vocab", get_vocab, methods=["GET"]),
+    ]
