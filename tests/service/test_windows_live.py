@@ -141,3 +141,10 @@ async def test_mcp_tools_over_real_http(lens: LiveLens) -> None:
         assert missing.is_error and "list_jobs" in missing.content[0].text
         bad = await c.call_tool("get_job", {"job": "x", "limit": 1000})
         assert bad.is_error
+
+
+def test_openapi_documents_the_monitoring_routes(lens: LiveLens) -> None:
+    doc = api(lens, "/api/openapi.json").json()
+    assert {"/api/jobs", "/api/jobs/{job}/compare", "/api/alerts/{alert_id}"} <= set(doc["paths"])
+    assert "put" in doc["paths"]["/api/jobs/{job}/windows/{window}/ranks/{rank}"]
+    assert {"JobList", "Comparison", "AlertDetail"} <= set(doc["components"]["schemas"])
