@@ -160,3 +160,13 @@ def test_backoff_doubles_within_jitter_and_caps() -> None:
     for tries, base in ((1, 1.0), (2, 2.0), (3, 4.0), (10, 30.0)):
         d = backoff_delay(tries, 1.0, 30.0, rng)
         assert 0.5 * base <= d < 1.5 * base
+
+
+def test_listings_carry_the_ranks_that_arrived(stores) -> None:
+    a, _ = stores
+    arrive(a, 0, ws=3)
+    arrive(a, 2, ws=3)
+    _, (w,) = a.windows("job", 10)
+    assert w.ranks == [0, 2] and w.missing_ranks == [1]
+    _, (j,) = a.jobs(10)
+    assert j["latest"].ranks == [0, 2]

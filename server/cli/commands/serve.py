@@ -153,8 +153,15 @@ def monitor_settings(args: argparse.Namespace) -> dict[str, object]:
     for name in ("grace", "lease", "poll"):
         if getattr(args, name) <= 0:
             raise SettingsError(f"--{name} must be positive")
+    rules = load_rules(args.alerts, {str(c) for c in CauseId}) if args.alerts else None
+    if rules is not None and args.lease < 2 * rules.delivery.timeout_s:
+        # a delivery try must end well inside its lease, or a second server could send it too
+        raise SettingsError(
+            f"--lease {args.lease:g} must be at least twice the alerts' delivery timeout "
+            f"({rules.delivery.timeout_s:g} s in {args.alerts})"
+        )
     return {
-        "alerts": load_rules(args.alerts, {str(c) for c in CauseId}) if args.alerts else None,
+        "alerts": rules,
         "grace_s": args.grace,
         "lease_s": args.lease,
         "poll_s": args.poll,
