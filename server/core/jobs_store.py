@@ -382,6 +382,10 @@ class JobStore:
         ]
         return _window(rows[0], ranks)
 
+    def rank_rows(self, job: str, window: str) -> list[dict[str, Any]]:
+        """A window's arrived ranks, by rank: rank, filename, sha256, size_bytes, received_at."""
+        return self._read("SELECT * FROM window_ranks WHERE job=? AND window=? ORDER BY rank", (job, window))
+
     def rank_files(self, job: str, window: str) -> list[tuple[int, str]]:
         """(rank, stored file name) of a window's arrived ranks, by rank."""
         return [

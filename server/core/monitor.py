@@ -195,18 +195,18 @@ class Monitor:
         """Hard-link a window's files into a staging folder, the shape ``Lens.ingest`` takes."""
         staging = self.lens.store.staging_dir()
         files = []
-        for rank, name in self.jobs.rank_files(job, window):
-            src = self.windows_dir / job / window / name
-            plain = name.split("-", 1)[1]
-            try:
-                os.link(src, staging / plain)
-            except OSError:
-                shutil.copyfile(src, staging / plain)
-            row = self.jobs._read(
-                "SELECT sha256, size_bytes FROM window_ranks WHERE job=? AND window=? AND rank=?",
-                (job, window, rank),
-            )[0]
-            files.append(StagedFile(plain, row["sha256"], int(row["size_bytes"])))
+        try:
+            for row in self.jobs.rank_rows(job, window):
+                src = self.windows_dir / job / window / row["filename"]
+                plain = row["filename"].split("-", 1)[1]  # drop the content-hash prefix
+                try:
+                    os.link(src, staging / plain)
+                except OSError:
+                    shutil.copyfile(src, staging / plain)
+                files.append(StagedFile(plain, row["sha256"], int(row["size_bytes"])))
+        except BaseException:
+            self.lens.store.discard(staging)
+            raise
         return staging, files
 
     def analyse(self, job: str, window: str) -> tuple[str, dict[str, Any], list[str]]:
