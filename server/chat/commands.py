@@ -22,7 +22,13 @@ from urllib.parse import parse_qs
 
 import anyio
 import httpx
-from slack_sdk.models.blocks import HeaderBlock, MarkdownTextObject, PlainTextObject, SectionBlock
+from slack_sdk.models.blocks import (
+    ContextBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -163,7 +169,12 @@ class Commands:
         if base:
             url = f"{base}/api/traces/{w.trace_id}/heatmap.png"
             return summary_answer(self.monitor, w.summary, f"{job} / window {w.window}", job, image_url=url)
-        return summary_answer(self.monitor, w.summary, f"{job} / window {w.window}", job, grid=grid)
+        ans = summary_answer(self.monitor, w.summary, f"{job} / window {w.window}", job, grid=grid)
+        # no address the platform can reach: name the server's routes for the image and the job
+        where = f"image: `/api/traces/{w.trace_id}/heatmap.png` · job: `/api/jobs/{job}` on this server"
+        ans.markdown += f"\n{where}\n"
+        ans.blocks.append(ContextBlock(elements=[MarkdownTextObject(text=where)]).to_dict())
+        return ans
 
     def cmd_compare(self, args: list[str]) -> ChatAnswer:
         self._need(args, 3, "compare <job> <window1> <window2>")

@@ -114,7 +114,8 @@ def test_other_commands(lens: LiveLens) -> None:
     helped = slack_post(lens, form("help")).json()
     assert "compare <job>" in json.dumps(helped)
     grid = slack_post(lens, form("heatmap llama-run7")).json()
-    assert "```" in json.dumps(grid["blocks"])  # no --public-url: the text grid
+    assert "```" in json.dumps(grid["blocks"])  # no --public-url: the text grid and the routes
+    assert "/api/jobs/llama-run7" in json.dumps(grid["blocks"])
     inc = slack_post(lens, form("incidents slow nic")).json()
     assert inc["text"].startswith("Incidents: slow nic")
     unknown = slack_post(lens, form("frobnicate")).json()
