@@ -164,11 +164,16 @@ class Commands:
         self._need(args, 1, "heatmap <job>")
         job = args[0]
         w, _ = _latest_done(self.monitor, job)
-        _, _, grid = self.lens.heatmap(w.trace_id)
         base = self.monitor.settings.public_url
         if base:
             url = f"{base}/api/traces/{w.trace_id}/heatmap.png"
             return summary_answer(self.monitor, w.summary, f"{job} / window {w.window}", job, image_url=url)
+        # the text grid only: from the cached report, without drawing the PNG
+        from diagnosers.heatmap import job_heatmap
+        from diagnosers.render.text import render_grid
+
+        hm = job_heatmap(self.lens.whatif(w.trace_id))
+        grid = render_grid(hm) if hm is not None else "(no heatmap for this window)"
         ans = summary_answer(self.monitor, w.summary, f"{job} / window {w.window}", job, grid=grid)
         # no address the platform can reach: name the server's routes for the image and the job
         where = f"image: `/api/traces/{w.trace_id}/heatmap.png` · job: `/api/jobs/{job}` on this server"

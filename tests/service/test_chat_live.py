@@ -68,16 +68,20 @@ def slack_post(
         "X-Slack-Signature": sig,
         "Content-Type": "application/x-www-form-urlencoded",
     }
-    return httpx.post(f"{lens.url}/api/chat/slack", content=body, headers=headers, timeout=10)
+    # without a response_url the server answers when done (no 3 s budget): a loaded machine may be slow
+    return httpx.post(f"{lens.url}/api/chat/slack", content=body, headers=headers, timeout=60)
 
 
 def test_signed_status_answers_in_time_with_the_diagnosis(lens: LiveLens) -> None:
-    t0 = time.monotonic()
-    r = slack_post(lens, form("status llama-run7"))
-    elapsed = time.monotonic() - t0
-    assert r.status_code == 200, r.text
-    assert elapsed < 3.0  # the platform's acknowledgement limit
-    msg = r.json()
+    with Receiver() as rx:
+        t0 = time.monotonic()
+        r = slack_post(lens, form("status llama-run7", f"{rx.url}/respond"))
+        elapsed = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        assert elapsed < 3.0  # the platform's acknowledgement limit (the server's budget is 2.5 s)
+        msg = r.json()
+        if msg["text"].startswith("analysing…"):  # a loaded machine: the answer follows
+            msg = json.loads(rx.wait_for(1, timeout=60)[0].body)
     assert msg["response_type"] == "ephemeral" and msg["text"].startswith("llama-run7 / window w1: S = ")
     assert msg["blocks"][0]["type"] == "header"
     flat = json.dumps(msg["blocks"])
