@@ -94,7 +94,9 @@ def test_an_unreachable_server_gives_up_within_the_total_time(tmp_path: Path) ->
     assert outcome.path.is_file()
 
 
-def test_handlers_never_raise_into_the_training_loop(tmp_path: Path) -> None:
+def test_handlers_never_raise_into_the_training_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRAGGLER_LENS_URL", raising=False)
+
     class Broken:
         step_num = 1
 
@@ -105,9 +107,10 @@ def test_handlers_never_raise_into_the_training_loop(tmp_path: Path) -> None:
     rep.on_trace_ready(Broken())
     rep.send_records([object()], window="w")  # not a record: a warning, no exception
     assert rep.close(1) and rep.outcomes == []
-    off = LensReporter(None, "job-a")  # no URL anywhere: reporting is off, handlers are no-ops
-    off.on_trace_ready(FakeProfiler(1))
-    assert not off.enabled
+    off = LensReporter(None, "job-a", out_dir=tmp_path)  # no URL anywhere: reporting is off
+    off.on_trace_ready(FakeProfiler(1))  # the trace is still written locally, nothing is sent
+    assert not off.enabled and off.close(1) and off.outcomes == []
+    assert (tmp_path / "job-a" / "s1" / "kineto_rank0.json.gz").is_file()
 
 
 def test_the_client_imports_nothing_of_the_server() -> None:
@@ -119,3 +122,18 @@ def test_the_client_imports_nothing_of_the_server() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_url_token_and_run_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Receiver(Script(statuses=[201])) as rx:
+        monkeypatch.setenv("STRAGGLER_LENS_URL", rx.url)
+        monkeypatch.setenv("STRAGGLER_LENS_TOKEN", "env-token-0123456789")
+        monkeypatch.setenv("STRAGGLER_LENS_RUN", "run42")
+        monkeypatch.setenv("RANK", "3")
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        rep = LensReporter(job="job-e", out_dir=tmp_path)
+        rep.on_trace_ready(FakeProfiler(9))
+        assert rep.close(10)
+        (req,) = rx.wait_for(1)
+    assert req.path.startswith("/api/jobs/job-e/windows/run42-s9/ranks/3?") and "world_size=4" in req.path
+    assert req.headers["authorization"] == "Bearer env-token-0123456789"
