@@ -1,8 +1,10 @@
 """Diagnosis: the what-if report, matched against known cause signatures, with simulated remedies.
 
 ``diagnose(trace)`` runs the what-if analysis (unless a report is given), computes the trace
-statistics once, runs every registered detector, ranks the matches, checks a remedy for each with
-the engine, and, when a ``similar`` callable is passed (the incident library's
+statistics once, runs every registered detector, checks a remedy for each with the engine,
+simulates each cause's marginal gain and ranks the causes by it, judges the simulation's fidelity
+(discounting the launch gaps a found cause explains), lowers confidences and withholds destructive
+remedies when it is unreliable, and, when a ``similar`` callable is passed (the incident library's
 ``similar_incidents``), attaches similar past incidents. ``diagnosers`` never imports the incident
 library or the server: callers pass the function in.
 """
@@ -10,16 +12,16 @@ library or the server: callers pass the function in.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from diagnosers.detectors.base import CauseMatch
+from diagnosers.detectors.base import CauseMatch, TraceStats
 from diagnosers.heatmap import Heatmap, job_heatmap
 from diagnosers.model import Trace
 from diagnosers.remedies import Remedy
-from diagnosers.report import WhatIfReport
-from diagnosers.vocab import CauseSignature
+from diagnosers.report import Fidelity, WhatIfReport, assess_fidelity
+from diagnosers.vocab import UNRELIABLE_CONFIDENCE_FACTOR, CauseId, CauseSignature, FidelityVerdict, Resource
 
 if TYPE_CHECKING:
     from diagnosers.whatif import WhatIfEngine
@@ -39,38 +41,70 @@ class SimilarIncident(BaseModel):
     reasons: list[str] = Field(default_factory=list)
 
 
-class Diagnosis(BaseModel):
-    """The public diagnose contract (CLI ``--json`` and the MCP ``diagnose`` tool)."""
+class HeadlineLoss(BaseModel):
+    """The loss the summary quotes: the larger of the study's straggling loss and the measured one."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["straggling", "measured"] = Field(
+        description="straggling: wasted_fraction = 1 - 1/S (the study's); measured: "
+        "measured_loss_fraction = 1 - T_ideal / measured step time (launch gaps and stalls included)"
+    )
+    fraction: float = Field(ge=0.0, le=1.0)
+    label: str = Field(description="the words the summary uses for it")
+
+
+class Diagnosis(BaseModel):
+    """The public diagnose contract (CLI ``--json`` and the MCP ``diagnose`` tool).
+
+    ``fidelity`` is the first field: when it is ``unreliable`` the summary says so first, every
+    confidence is lowered and no destructive remedy is proposed.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    fidelity: Fidelity = Field(description="how far the simulated job, and so this diagnosis, holds")
     summary: str
     slowdown: float
     straggling: bool
-    causes: list[CauseMatch] = Field(default_factory=list, description="ranked by confidence")
+    headline_loss: HeadlineLoss | None = Field(default=None, description="the loss the summary quotes")
+    causes: list[CauseMatch] = Field(
+        default_factory=list, description="ranked by marginal gain (then confidence)"
+    )
     remedies: list[Remedy] = Field(default_factory=list)
     similar_incidents: list[SimilarIncident] = Field(default_factory=list)
     heatmap: Heatmap | None = Field(None, description="the job's per-worker slowdown heatmap")
     notes: list[str] = Field(default_factory=list)
     report: WhatIfReport
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fidelity_of_old_documents(cls, data: Any) -> Any:
+        # A diagnosis stored before fidelity existed: judge it from its report's simulation error.
+        if isinstance(data, dict) and "fidelity" not in data and isinstance(data.get("report"), dict):
+            report = WhatIfReport.model_validate(data["report"])
+            data = {**data, "fidelity": report.fidelity, "report": report}
+        return data
+
     def signatures(self) -> list[CauseSignature]:
         """The matched causes in the vocabulary's terms, best first (for similar-incident search)."""
         return [c.signature() for c in self.causes]
 
 
-def summarize(report: WhatIfReport, causes: Sequence[CauseMatch], remedies: Sequence[Remedy]) -> str:
-    """One paragraph: verdict, the top cause and where, and the best simulated fix."""
-    s = report.slowdown
-    lost = f"{(1 - 1 / s) * 100:.1f}% of GPU time" if s > 1 else "no GPU time"
-    if not causes:
-        if report.straggling:
-            return (
-                f"No known straggler signature matched, although the job is slowed (S = {s:.3f}, {lost} "
-                f"lost): look at the heatmap and the per-step slowdowns by hand."
-            )
-        return f"No straggler found: S = {s:.3f} ({lost} lost), within noise of the ideal run."
-    top = causes[0]
+def headline_loss(report: WhatIfReport) -> HeadlineLoss:
+    """The larger of ``wasted_fraction`` (1 - 1/S) and ``measured_loss_fraction``, named for what it is."""
+    wasted = max(0.0, report.wasted_fraction)
+    measured = max(0.0, report.measured_loss_fraction)
+    if measured > wasted:
+        return HeadlineLoss(
+            kind="measured",
+            fraction=min(1.0, measured),
+            label="of the measured step time lost to straggling, launch gaps and stalls",
+        )
+    return HeadlineLoss(kind="straggling", fraction=min(1.0, wasted), label="of GPU time lost to straggling")
+
+
+def _where(report: WhatIfReport, top: CauseMatch) -> str:
     loc = top.location
     where = []
     if loc.pp_ranks and len(loc.pp_ranks) < report.job.pp:
@@ -79,18 +113,134 @@ def summarize(report: WhatIfReport, causes: Sequence[CauseMatch], remedies: Sequ
         where.append(f"DP {','.join(map(str, loc.dp_ranks[:8]))}{'...' if len(loc.dp_ranks) > 8 else ''}")
     if loc.hosts and len(loc.hosts) <= 4 and top.pattern.spatial in {"single-worker", "one-host"}:
         where.append(f"host {','.join(map(str, loc.hosts))}")
-    at = f" at {', '.join(where)}" if where else ""
+    return f" at {', '.join(where)}" if where else ""
+
+
+def _gain(c: CauseMatch) -> str:
+    return f"fixing it alone: x{c.marginal_gain:.3f}" if c.marginal_gain is not None else "gain not simulated"
+
+
+def summarize(
+    report: WhatIfReport,
+    causes: Sequence[CauseMatch],
+    remedies: Sequence[Remedy],
+    fidelity: Fidelity | None = None,
+) -> str:
+    """One paragraph: fidelity first when unreliable, the verdict with the headline loss, the
+    cause with the largest marginal gain and where, the others, and the best simulated fix.
+
+    ``causes`` are expected in rank order (largest marginal gain first)."""
+    fid = fidelity or report.fidelity
+    s = report.slowdown
+    loss = headline_loss(report)
+    lost = f"{loss.fraction * 100:.1f}% {loss.label}" if loss.fraction > 0 else "no time lost"
+    head = ""
+    if fid.verdict is FidelityVerdict.UNRELIABLE:
+        head = (
+            f"UNRELIABLE: the measured step time is {fid.unexplained_error * 100:.0f}% off what the "
+            f"simulation explains (more than the study's 5% limit), so what follows is a hint, not a "
+            f"diagnosis; confidences are lowered and nothing destructive is recommended. "
+        )
+    tail = ""
+    if fid.verdict is FidelityVerdict.DEGRADED:
+        tail = f" Fidelity degraded: {fid.unexplained_error * 100:.1f}% of the step time is unexplained."
+    if not causes:
+        if report.straggling:
+            return head + (
+                f"No known straggler signature matched, although the job is slowed (S = {s:.3f}, {lost}): "
+                f"look at the heatmap and the per-step slowdowns by hand." + tail
+            )
+        return head + f"No straggler found: S = {s:.3f} ({lost}), within noise of the ideal run." + tail
+    top = causes[0]
     verdict = "Straggling" if report.straggling else "Mildly slowed"
+    stall = next((c for c in causes if c.id is CauseId.DATALOADER_STALL), None)
+    if stall is not None and not report.straggling:
+        verdict = "Stalled"
     text = (
-        f"{verdict} job (S = {s:.3f}, {lost} lost). Most likely cause: {top.id.value}{at} "
-        f"(confidence {top.confidence:.2f})."
+        f"{verdict} job (S = {s:.3f}, {lost}). Largest gain: {top.id.value}{_where(report, top)} "
+        f"({_gain(top)}; confidence {top.confidence:.2f})."
     )
+    if stall is not None:
+        per_step = stall.evidence.get("stall_s_per_step")
+        if isinstance(per_step, (int, float)) and report.step_times.actual:
+            actual = sum(report.step_times.actual.values()) / len(report.step_times.actual)
+            text += (
+                f" The input stall costs {float(per_step) * 1e3:.0f} ms per step, "
+                f"{float(per_step) / actual * 100:.0f}% of the measured step time."
+            )
     if len(causes) > 1:
-        text += " Also: " + ", ".join(f"{c.id.value} ({c.confidence:.2f})" for c in causes[1:]) + "."
+        text += " Also: " + ", ".join(
+            f"{c.id.value} ({_gain(c)}; confidence {c.confidence:.2f})" for c in causes[1:]
+        ) + "."
     best = max(remedies, key=lambda r: r.predicted_speedup, default=None)
     if best is not None and best.predicted_speedup > 1.0:
         text += f" Best simulated fix ({best.cause_id}): x{best.predicted_speedup:.3f} faster."
-    return text
+    return head + text + tail
+
+
+def explained_launch_error(report: WhatIfReport, causes: Sequence[CauseMatch]) -> tuple[float, list[str]]:
+    """The part of the simulation error that found launch-time causes account for, as a share of
+    the no-delay simulated step time (the error's own base), and the ids of those causes.
+
+    A launch-resource cause (a dataloader stall) states its idle seconds per step in its evidence
+    (``stall_s_per_step``); those seconds are time the dependency model leaves out on purpose."""
+    nd = report.step_times.no_delay
+    t_nd = sum(nd.values()) / len(nd) if nd else 0.0
+    if t_nd <= 0:
+        return 0.0, []
+    seconds, by = 0.0, []
+    for c in causes:
+        v = c.evidence.get("stall_s_per_step")
+        if c.pattern.resource is Resource.LAUNCH and isinstance(v, (int, float)) and v > 0:
+            seconds += float(v)
+            by.append(c.id.value)
+    return seconds / t_nd, by
+
+
+def lower_confidences(causes: Sequence[CauseMatch], fidelity: Fidelity) -> list[CauseMatch]:
+    """When the fidelity is unreliable: each confidence times min(UNRELIABLE_CONFIDENCE_FACTOR,
+    1 / (1 + unexplained error)), the detector's value kept in ``evidence``; else unchanged."""
+    if fidelity.verdict is not FidelityVerdict.UNRELIABLE:
+        return list(causes)
+    factor = min(UNRELIABLE_CONFIDENCE_FACTOR, 1.0 / (1.0 + fidelity.unexplained_error))
+    return [
+        c.model_copy(
+            update={
+                "confidence": round(c.confidence * factor, 3),
+                "evidence": {**c.evidence, "confidence_before_fidelity": c.confidence},
+            }
+        )
+        for c in causes
+    ]
+
+
+def safe_remedies(remedies: Sequence[Remedy], fidelity: Fidelity) -> list[Remedy]:
+    """When the fidelity is unreliable, every destructive remedy (a drain, a restart elsewhere)
+    becomes a check of the same ranks: the simulated evidence cannot justify taking machines out."""
+    if fidelity.verdict is not FidelityVerdict.UNRELIABLE:
+        return list(remedies)
+    out = []
+    for r in remedies:
+        if not r.destructive:
+            out.append(r)
+            continue
+        ranks = r.details.get("ranks")
+        who = f"ranks {ranks}" if isinstance(ranks, list) and ranks else "the named workers"
+        out.append(
+            r.model_copy(
+                update={
+                    "destructive": False,
+                    "action": (
+                        f"Do not drain or restart on this evidence (fidelity unreliable: "
+                        f"{fidelity.unexplained_error * 100:.0f}% of the step time is unexplained). Check "
+                        f"{who} instead: GPU clocks, throttling and errors (nvidia-smi -q, dcgmi diag), then "
+                        f"re-profile with a trace the simulation reproduces."
+                    ),
+                    "details": {**r.details, "withheld": "drain withheld: fidelity unreliable"},
+                }
+            )
+        )
+    return out
 
 
 def _similar(similar: SimilarFn, causes: Sequence[CauseMatch], limit: int) -> list[SimilarIncident]:
@@ -110,6 +260,20 @@ def _similar(similar: SimilarFn, causes: Sequence[CauseMatch], limit: int) -> li
             )
         )
     return out
+
+
+def _with_marginal_gains(
+    causes: Sequence[CauseMatch], stats: TraceStats, remedies: Sequence[Remedy]
+) -> list[CauseMatch]:
+    """The causes with their marginal gains set, ranked by them (see :mod:`diagnosers.marginal`)."""
+    from diagnosers.marginal import marginal_gains, rank_by_gain
+
+    gains = marginal_gains(causes, stats, remedies)
+    with_gain = [
+        c.model_copy(update={"marginal_gain": g, "marginal_basis": b})
+        for c, (g, b) in zip(causes, gains, strict=True)
+    ]
+    return rank_by_gain(with_gain)
 
 
 def diagnose(
@@ -156,7 +320,15 @@ def diagnose(
     causes = detect_all(report, stats)
     tick(0.75, "simulating remedies")
     layers = list(layers_per_stage) if layers_per_stage is not None else trace.meta.layers_per_stage
-    remedies = remedies_for(causes, stats, report, layers_per_stage=layers)
+    remedies = remedies_for(causes, stats, report, layers_per_stage=layers, meta=trace.meta)
+    tick(0.82, "simulating each cause's marginal gain")
+    causes = _with_marginal_gains(causes, stats, remedies)
+    explained, by = explained_launch_error(report, causes)
+    fidelity = assess_fidelity(report.simulation_error, explained, by)
+    causes = lower_confidences(causes, fidelity)
+    order = {c.id.value: i for i, c in enumerate(causes)}
+    remedies = sorted(safe_remedies(remedies, fidelity), key=lambda r: order.get(r.cause_id, len(order)))
+    report = report.model_copy(update={"fidelity": fidelity})
     similar_cases: list[SimilarIncident] = []
     if similar is not None and causes:
         tick(0.9, "searching similar incidents")
@@ -166,9 +338,11 @@ def diagnose(
             notes.append(f"similar-incident search failed: {exc}")
     tick(1.0, "done")
     return Diagnosis(
-        summary=summarize(report, causes, remedies),
+        fidelity=fidelity,
+        summary=summarize(report, causes, remedies, fidelity),
         slowdown=report.slowdown,
         straggling=report.straggling,
+        headline_loss=headline_loss(report),
         causes=causes,
         remedies=remedies,
         similar_incidents=similar_cases,

@@ -28,6 +28,13 @@ duration as a valid op of the other direction on the same worker) joins that op'
 being a group of its own, because it waited for that op's peer (``join_batched_noops``; the
 artifact's sample traces have no no-op records, so their results are unchanged).
 
+Interleaved (VPP) jobs whose records fit Megatron's interleaved 1F1B program (``interleaved.py``)
+get more: every call waits for the whole previous call (batched calls block until every transfer,
+sends included, is done), the first call waits for the all-gathers, the tail for the last call,
+no-op slots finish with their call, and the template lists its P2P groups and batched calls
+(``rendezvous_groups`` / ``rendezvous_calls``) so that transfers are measured per pair. Other
+templates carry neither and are built exactly as before.
+
 Groups across workers: P2P pairs ``{X-send_k @ s, X-recv_k @ s+-1}`` by valid index; the embedding
 all-reduce of the first and last stage; one group per DP collective, synchronised across all DP
 ranks; the grad-norm clip across every stage, also DP-synchronised (a global barrier).
@@ -42,6 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from diagnosers import interleaved
 from diagnosers.model import OPTYPE_CODE, OPTYPES, Trace, TraceError
 from diagnosers.readers.normalize import dense_ids
 
@@ -101,6 +109,10 @@ class Template:
     vpp: int
     no_ops: int = 0
     notes: list[str] = field(default_factory=list)
+    # interleaved jobs laid on Megatron's program: P2P groups measured as rendezvous pairs
+    # (``interleaved.rendezvous_transfers``); empty otherwise
+    rendezvous_groups: list[int] = field(default_factory=list)
+    rendezvous_calls: list[list[int]] = field(default_factory=list)  # nodes of each batched call
     _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
@@ -242,6 +254,7 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             "rank": int(ops.rank[sel][(stage[sel] == s)][0]),
         }
 
+    vpp_programs = _interleaved_programs(pp, vpp, nodes_of, t_start, t_mc, notes)
     for s in range(pp):
         comp = observed_order(nodes_of(s, FWD) + nodes_of(s, BWD))
         if not comp:
@@ -369,7 +382,13 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
 
     # --- groups
     twins: dict[int, int] = {}
-    if join_batched_noops:
+    if vpp_programs and not _programs_agree(vpp_programs, no_op_nodes, notes):
+        vpp_programs = {}
+    if vpp_programs:
+        _add_program_edges(edges, vpp_programs, nodes_of, n_optype, t_end)
+    if join_batched_noops and vpp_programs:
+        twins = _program_twins(vpp_programs)
+    elif join_batched_noops:
         # a no-op record split from a batched P2P record shares its start and duration with a valid
         # op of the other direction on the same worker: it waited for that op's peer, so it ends
         # with that op's group instead of keeping the wait as its own transfer time
@@ -473,6 +492,11 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             f"{len(twins)} no-op P2P records of the template split from batched records finish with "
             "their twin's group"
         )
+    rendezvous: list[int] = []
+    calls: list[list[int]] = []
+    if vpp_programs and len(vpp_programs) == pp:
+        calls = [c for p in vpp_programs.values() for c in p.calls]
+        rendezvous = sorted({int(group[v]) for c in calls for v in c})
     return Template(
         n_nodes=n_nodes,
         stage=n_stage.astype(np.int64),
@@ -492,7 +516,91 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
         vpp=vpp,
         no_ops=len(no_op_nodes),
         notes=notes,
+        rendezvous_groups=rendezvous,
+        rendezvous_calls=calls,
     )
+
+
+def _interleaved_programs(
+    pp: int,
+    vpp: int,
+    nodes_of: Any,
+    t_start: npt.NDArray[np.float64],
+    t_mc: npt.NDArray[np.int64],
+    notes: list[str],
+) -> dict[int, interleaved.StageProgram]:
+    """Per stage, its nodes laid on Megatron's interleaved program (vpp > 1 and pp > 1 only).
+
+    All stages or none: when one stage does not fit, the graph keeps the artifact's matching rules
+    for every stage and a note says why."""
+    if vpp <= 1 or pp <= 1:
+        return {}
+    out: dict[int, interleaved.StageProgram] = {}
+    for s in range(pp):
+        got = interleaved.stage_program(s, pp, vpp, nodes_of, t_start, t_mc)
+        if isinstance(got, str):
+            notes.append(
+                f"stage {s} does not follow Megatron's interleaved 1F1B program ({got}); the "
+                "artifact's P2P matching rules are used instead"
+            )
+            return {}
+        out[s] = got
+    return out
+
+
+def _add_program_edges(
+    edges: list[tuple[int, int]],
+    programs: dict[int, interleaved.StageProgram],
+    nodes_of: Any,
+    n_optype: npt.NDArray[np.int64],
+    t_end: npt.NDArray[np.float64],
+) -> None:
+    """Make each stage run its interleaved program: every call after the whole previous one (a
+    batched call blocks until all its transfers are done), the first call after the stage's
+    all-gathers, and the step's tail after the last call instead of after the last compute.
+
+    The artifact's matching edges stay: the program implies every one of them."""
+    pipeline_types = (FWD, BWD, *P2P_TYPES)
+    last_compute = {
+        s: max(nodes_of(s, FWD) + nodes_of(s, BWD), key=lambda v: t_end[v]) for s in programs
+    }
+    stage_of_last = {v: s for s, v in last_compute.items()}
+    tail_heads: dict[int, list[int]] = {s: [] for s in programs}
+    for u, v in edges:
+        s = stage_of_last.get(u)
+        if s is not None and int(n_optype[v]) not in pipeline_types:
+            tail_heads[s].append(v)
+    for s, p in programs.items():
+        edges.extend(p.edges)
+        edges.extend((a, v) for a in nodes_of(s, AG) for v in p.first)
+        edges.extend((u, v) for u in p.last for v in tail_heads[s])
+
+
+def _programs_agree(
+    programs: dict[int, interleaved.StageProgram], no_op_nodes: list[int], notes: list[str]
+) -> bool:
+    """Whether the program's no-op slots are exactly the no-op records the matching rules found."""
+    no_ops = set(no_op_nodes)
+    for s, p in programs.items():
+        bad = [v for v, real in p.real.items() if real == (v in no_ops)]
+        if bad:
+            notes.append(
+                f"stage {s}: {len(bad)} P2P records disagree with the interleaved program's no-op "
+                "slots; the artifact's P2P matching rules are used instead"
+            )
+            return False
+    return True
+
+
+def _program_twins(programs: dict[int, interleaved.StageProgram]) -> dict[int, int]:
+    """No-op slot -> the first real transfer of its batched call (it ends with that call)."""
+    twins: dict[int, int] = {}
+    for p in programs.values():
+        for call in p.calls:
+            real = [v for v in call if p.real[v]]
+            if real:
+                twins.update((v, real[0]) for v in call if not p.real[v])
+    return twins
 
 
 def _node_name(

@@ -151,6 +151,14 @@ def make_heatmap(
     )
 
 
+def fidelity_prefix(report: WhatIfReport) -> str:
+    """"UNRELIABLE (...): " when the report's fidelity is unreliable, so every picture says it first."""
+    f = report.fidelity
+    if f.verdict != "unreliable":
+        return ""
+    return f"UNRELIABLE (step time {f.unexplained_error * 100:.0f}% off the simulation): "
+
+
 def job_heatmap(
     report: WhatIfReport,
     variant: Literal["exact", "estimate"] = "exact",
@@ -160,7 +168,7 @@ def job_heatmap(
 ) -> Heatmap:
     """The job's per-worker slowdown heatmap (exact S_w, or the artifact's min(dp, stage) estimate)."""
     what = "per-worker slowdown S_w" if variant == "exact" else "min(S_dp, S_pp) estimate"
-    title = f"{report.job.trial_name}: {what} (S = {report.slowdown:.3f})"
+    title = fidelity_prefix(report) + f"{report.job.trial_name}: {what} (S = {report.slowdown:.3f})"
     return make_heatmap(
         worker_matrix(report, variant), title=title, variant=variant, max_cols=max_cols, max_rows=max_rows
     )
@@ -176,6 +184,7 @@ def step_heatmap(
         return None
     s = report.step_slowdown.get(key)
     title = f"{report.job.trial_name} step {step}: min(S_dp, S_pp)" + (f" (step S = {s:.3f})" if s else "")
+    title = fidelity_prefix(report) + title
     return make_heatmap(
         step_matrix(report, step),
         title=title,

@@ -172,6 +172,9 @@ class JobMeta(BaseModel):
     layers_per_stage: list[int] | None = Field(
         None, description="transformer layers on each PP stage, if known"
     )
+    layers_per_chunk: list[list[float]] | None = Field(
+        None, description="interleaved jobs: transformer layers of each model chunk, per stage, if known"
+    )
     source_format: str | None = Field(None, description="the reader that produced the trace")
 
     @model_validator(mode="after")
@@ -181,6 +184,11 @@ class JobMeta(BaseModel):
         if self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
             raise ValueError(
                 f"layers_per_stage has {len(self.layers_per_stage)} entries but pp={self.pp}"
+            )
+        lpc = self.layers_per_chunk
+        if lpc is not None and (len(lpc) != self.pp or any(len(row) != self.vpp for row in lpc)):
+            raise ValueError(
+                f"layers_per_chunk must list vpp={self.vpp} chunks for each of pp={self.pp} stages"
             )
         return self
 
@@ -219,6 +227,8 @@ class JobMeta(BaseModel):
         }
         if self.layers_per_stage is not None:
             out["layers_per_stage"] = list(self.layers_per_stage)
+        if self.layers_per_chunk is not None:
+            out["layers_per_chunk"] = [list(row) for row in self.layers_per_chunk]
         return out
 
 

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.model import JobMeta
 from diagnosers.report import WhatIfReport
-from diagnosers.vocab import CauseId
+from diagnosers.vocab import DRAIN_MAX_JOB_SHARE, CauseId
 
 # When the trace's metadata does not say how many layers each stage holds and the user gave no
 # --layers-per-stage, the partition is computed for this many layers per stage and says so.
@@ -31,6 +32,9 @@ class Remedy(BaseModel):
     cause_id: str
     action: str
     predicted_speedup: float = Field(ge=1.0, description="T_now / T_after from a what-if run")
+    destructive: bool = Field(
+        default=False, description="the action takes machines out of the job or restarts it (e.g. a drain)"
+    )
     details: dict[str, float | int | str | list[int] | list[float] | None] = Field(default_factory=dict)
 
 
@@ -196,35 +200,88 @@ def gc_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     )
 
 
+def host_shares(stats: TraceStats, hosts: Sequence[int]) -> dict[int, float]:
+    """Per host: the share of the job's traced workers that run on it (0 for an unknown host)."""
+    h = stats.host_of
+    n = int((h >= 0).sum())
+    return {int(x): float((h == x).sum()) / n if n else 0.0 for x in hosts}
+
+
+def _gpus(stats: TraceStats, ranks: Sequence[int]) -> str:
+    """"GPU 1 and GPU 3 of host 0 (global ranks 1, 3)": the devices behind global ranks."""
+    by_host: dict[int, list[int]] = {}
+    for r in ranks:
+        by_host.setdefault(int(r) // stats.gpus_per_host, []).append(int(r) % stats.gpus_per_host)
+    parts = [
+        f"GPU{'s' if len(g) > 1 else ''} {', '.join(map(str, g))} of host {h}" for h, g in by_host.items()
+    ]
+    return f"{'; '.join(parts)} (global rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))})"
+
+
 def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     """Drain the faulty workers: the gain of idealising every op of the matched cells (the
-    detector's ``hot_cells`` when given, else its location's DP x PP cells)."""
+    detector's ``hot_cells`` when given, else its location's DP x PP cells).
+
+    A host is proposed for draining only when it holds at most ``DRAIN_MAX_JOB_SHARE`` of the job's
+    traced workers; otherwise (e.g. a one-host job) the remedy names the GPUs and asks for a
+    hardware check first, and says that timing alone cannot tell a slow GPU from ranks that simply
+    carry more work when no other host runs the same stage to compare with.
+    """
     cells = [(d, p) for d in match.location.dp_ranks for p in match.location.pp_ranks]
     hot = match.evidence.get("hot_cells")
     if isinstance(hot, list):
         cells = [(int(str(x).split(",")[0]), int(str(x).split(",")[1])) for x in hot]
     t_after = float(probe.mean_times(probe.idealised(stats.worker_mask(cells)))[0])
     loc = match.location
-    what = (
-        f"host{'s' if len(loc.hosts) != 1 else ''} {', '.join(map(str, loc.hosts))}"
-        if loc.hosts
-        else "the workers"
-    )
-    return Remedy(
-        cause_id=match.id.value,
-        action=(
+    shares = host_shares(stats, loc.hosts)
+    too_big = [h for h, v in shares.items() if v > DRAIN_MAX_JOB_SHARE]
+    details: dict[str, float | int | str | list[int] | list[float] | None] = {
+        "ranks": loc.ranks,
+        "hosts": loc.hosts,
+        "host_job_share": [round(shares[h], 4) for h in loc.hosts],
+        "t_now_s": round(probe.t_orig, 6),
+        "t_after_s": round(t_after, 6),
+    }
+    if not too_big and loc.hosts:
+        what = f"host{'s' if len(loc.hosts) != 1 else ''} {', '.join(map(str, loc.hosts))}"
+        action = (
             f"Drain {what} (global rank{'s' if len(loc.ranks) != 1 else ''} "
             f"{', '.join(map(str, loc.ranks))}; "
             f"DP {loc.dp_ranks} / PP {loc.pp_ranks}) and restart from the last checkpoint on a healthy "
             f"replacement; the prediction runs those workers at typical speed."
-        ),
+        )
+        destructive = True
+    else:
+        # Peers that run the same stage on a host outside the suspects are the only evidence that
+        # the machine, not the work the job gives those ranks, is slow.
+        host = stats.host_of
+        suspect = set(loc.hosts)
+        comparable = any(
+            host[d, p] >= 0 and int(host[d, p]) not in suspect
+            for p in set(loc.pp_ranks) for d in range(stats.dp)
+        )
+        held = ", ".join(f"host {h} holds {shares[h] * 100:.0f}% of the job's traced ranks" for h in too_big)
+        action = (
+            f"Check {_gpus(stats, loc.ranks)} before changing anything: GPU clocks, throttling and "
+            f"errors (nvidia-smi -q, dcgmi diag), and the work those ranks are given. Do not drain the "
+            f"host: {held}, so draining it moves the job rather than removing one bad machine. If the "
+            f"check confirms slow GPUs, replace them or restart without them; the prediction runs those "
+            f"workers at typical speed."
+        )
+        if not comparable:
+            action += (
+                " The evidence cannot tell a faulty machine from the job's own behaviour: no other host "
+                "runs the same stage to compare with, so ranks that carry more work (a larger shard, "
+                "more data) look the same as a slow GPU."
+            )
+        details["machine_vs_job"] = "distinguishable" if comparable else "indistinguishable"
+        destructive = False
+    return Remedy(
+        cause_id=match.id.value,
+        action=action,
         predicted_speedup=_speedup(probe.t_orig, t_after),
-        details={
-            "ranks": loc.ranks,
-            "hosts": loc.hosts,
-            "t_now_s": round(probe.t_orig, 6),
-            "t_after_s": round(t_after, 6),
-        },
+        destructive=destructive,
+        details=details,
     )
 
 
@@ -274,8 +331,11 @@ def remedies_for(
     report: WhatIfReport,
     *,
     layers_per_stage: Sequence[int] | None = None,
+    meta: JobMeta | None = None,
 ) -> list[Remedy]:
-    """One remedy per matched cause that has one; skipped (not guessed) when no engine is at hand."""
+    """One remedy per matched cause that has one; skipped (not guessed) when no engine is at hand.
+    With ``meta`` of an interleaved job the stage repartition moves layers per model chunk
+    (``diagnosers.partition``)."""
     out: list[Remedy] = []
     probe = stats.probe
     for m in matches:
@@ -285,7 +345,14 @@ def remedies_for(
         if probe is None:
             continue
         if m.id is CauseId.STAGE_IMBALANCE:
-            out.append(stage_partition_remedy(m, stats, probe, layers_per_stage))
+            from diagnosers.partition import chunk_partition_remedy
+
+            chunked = (
+                chunk_partition_remedy(m, stats, probe, meta, layers_per_stage, ASSUMED_LAYERS_PER_STAGE)
+                if meta is not None
+                else None
+            )
+            out.append(chunked or stage_partition_remedy(m, stats, probe, layers_per_stage))
         elif m.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
             out.append(sequence_remedy(m, stats, probe))
         elif m.id is CauseId.GC_PAUSE:

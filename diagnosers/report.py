@@ -6,9 +6,83 @@ strings in JSON (steps, DP ranks, stages and op-type names all become string key
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnosers.model import JobMeta
+from diagnosers.vocab import FIDELITY_GOOD_MAX, FIDELITY_UNRELIABLE_ABOVE, FidelityVerdict
+
+
+class Fidelity(BaseModel):
+    """How well the simulated job stands for the measured one, and so how far to trust the rest.
+
+    ``unexplained_error`` is the measured step time's excess over the simulated one, relative to
+    the simulated one as in the study (``simulation_error = launch_slowdown - 1``), minus the part
+    a found cause accounts for (``explained_error``, e.g. a dataloader stall's idle time before the
+    first forward), as a magnitude (a simulation that overshoots counts too). The verdict compares it with
+    ``vocab.FIDELITY_GOOD_MAX`` (3%) and ``vocab.FIDELITY_UNRELIABLE_ABOVE`` (the study's 5%).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: FidelityVerdict
+    unexplained_error: float = Field(ge=0.0, description="simulation error left after explained gaps")
+    reason: str
+    simulation_error: float = Field(default=0.0, description="launch_slowdown - 1, as in the report")
+    explained_error: float = Field(default=0.0, ge=0.0, description="error part found causes explain")
+    explained_by: list[str] = Field(default_factory=list, description="cause ids that account for it")
+
+    @property
+    def unreliable(self) -> bool:
+        return self.verdict is FidelityVerdict.UNRELIABLE
+
+
+def assess_fidelity(
+    simulation_error: float, explained_error: float = 0.0, explained_by: Sequence[str] = ()
+) -> Fidelity:
+    """The fidelity verdict for a simulation error of which ``explained_error`` is accounted for.
+
+    Only a positive error (the trace is slower than the model) can be explained by launch gaps;
+    the explained part is capped at the error. Thresholds: see :class:`Fidelity`.
+    """
+    err = float(simulation_error)
+    explained = min(max(float(explained_error), 0.0), max(err, 0.0))
+    unexplained = abs(err - explained)
+    by = list(explained_by) if explained > 0 else []
+    pct = f"{unexplained * 100:.1f}%"
+    if explained > 0:
+        source = (
+            f"of a {err * 100:.1f}% simulation error, {explained * 100:.1f}% is the launch time of "
+            f"{', '.join(by)}; {pct} is unexplained"
+        )
+    else:
+        source = f"the measured step time is {pct} {'above' if err >= 0 else 'below'} the simulated one"
+    if unexplained > FIDELITY_UNRELIABLE_ABOVE:
+        verdict = FidelityVerdict.UNRELIABLE
+        reason = (
+            f"{source}, above the {FIDELITY_UNRELIABLE_ABOVE * 100:.0f}% at which the study discards a "
+            "trace: the what-if results do not describe this job, so causes and speedups are only "
+            "hints and nothing destructive is recommended"
+        )
+    elif unexplained > FIDELITY_GOOD_MAX:
+        verdict = FidelityVerdict.DEGRADED
+        reason = (
+            f"{source}, above the {FIDELITY_GOOD_MAX * 100:.0f}% noise floor: findings near a "
+            "threshold may move by that much"
+        )
+    else:
+        verdict = FidelityVerdict.GOOD
+        reason = f"{source}, within the {FIDELITY_GOOD_MAX * 100:.0f}% noise floor"
+    return Fidelity(
+        verdict=verdict,
+        unexplained_error=round(unexplained, 6),
+        reason=reason,
+        simulation_error=round(err, 6),
+        explained_error=round(explained, 6),
+        explained_by=by,
+    )
 
 
 class WorkerSlowdown(BaseModel):
@@ -88,10 +162,18 @@ class StepTimes(BaseModel):
 
 
 class WhatIfReport(BaseModel):
-    """The result of the what-if analysis of one trace (METHOD.md A4-A5)."""
+    """The result of the what-if analysis of one trace (METHOD.md A4-A5).
+
+    ``fidelity`` comes first, so a reader meets it before any number that depends on it. From
+    ``analyze`` it judges the whole simulation error (no cause is known yet); inside a
+    :class:`~diagnosers.diagnose.Diagnosis` it is the diagnosis's own, which discounts the launch
+    gaps a found cause explains. A stored report without the field gets it from its
+    ``simulation_error`` (and ``measured_loss_fraction`` from its step times) when read back.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
+    fidelity: Fidelity = Field(description="how far the simulated job stands for the measured one")
     slowdown: float = Field(description="job slowdown S = mean T_s / mean T_ideal")
     straggling: bool = Field(description="S >= 1.1")
     decomposed: bool = Field(
@@ -124,11 +206,38 @@ class WhatIfReport(BaseModel):
         description="M_W / M_S with their step times (t_rem, t_add, t_orig, t_ideal) and subsets",
     )
     wasted_fraction: float = Field(description="1 - 1/S: share of GPU time lost to straggling")
+    measured_loss_fraction: float = Field(
+        default=0.0,
+        description="1 - T_ideal / mean measured step time: share of the measured step time an ideal "
+        "run without launch gaps would not spend (straggling plus launch gaps and stalls)",
+    )
     step_times: StepTimes
     job: JobMeta
     n_ops: int
     steps: list[int]
     notes: list[str] = Field(default_factory=list, description="reader and engine notes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_fields(cls, data: Any) -> Any:
+        # Reports stored before these fields existed: derive them the way analyze() does.
+        if not isinstance(data, dict):
+            return data
+        if "fidelity" not in data and "simulation_error" in data:
+            data = {**data, "fidelity": assess_fidelity(float(data["simulation_error"]))}
+        if "measured_loss_fraction" not in data:
+            st = data.get("step_times")
+            st = st.model_dump() if isinstance(st, BaseModel) else st
+            if isinstance(st, dict) and st.get("actual") and st.get("ideal"):
+                data = {**data, "measured_loss_fraction": measured_loss(st["actual"], st["ideal"])}
+        return data
+
+
+def measured_loss(actual: dict[str, float], ideal: dict[str, float]) -> float:
+    """``1 - mean ideal / mean measured step time`` (0 when the measured time is not above ideal)."""
+    a = sum(actual.values()) / max(len(actual), 1)
+    i = sum(ideal.values()) / max(len(ideal), 1)
+    return max(0.0, 1.0 - i / a) if a > 0 else 0.0
 
 
 class ScenarioResult(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CauseId(StrEnum):
@@ -66,6 +66,9 @@ class Temporal(StrEnum):
     PERSISTENT = "persistent"
     SPORADIC = "sporadic"
     GROWING = "growing"
+    # absent at the start of the traced window, then present from one step on (a host that starts
+    # throttling, a link that degrades mid-run); ``Pattern.onset_step`` names that step
+    ONSET = "onset"
 
 
 class Resource(StrEnum):
@@ -77,13 +80,28 @@ class Resource(StrEnum):
 
 
 class Pattern(BaseModel):
-    """A cause's shape in the vocabulary's terms; any field may be unknown."""
+    """A cause's shape in the vocabulary's terms; any field may be unknown.
+
+    ``onset_step`` is the first step id at which a cause with ``temporal == onset`` is present (a
+    cause that starts inside the profiling window). It stays ``None`` for the other temporal
+    patterns, and may be ``None`` for an onset whose step is unknown (an incident report that only
+    says "from some point on").
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     spatial: Spatial | None = None
     temporal: Temporal | None = None
     resource: Resource | None = None
+    onset_step: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _onset_step_needs_onset(self) -> Pattern:
+        if self.onset_step is not None and self.temporal != Temporal.ONSET:
+            shown = self.temporal.value if self.temporal else None
+            raise ValueError(f"onset_step {self.onset_step} is given but temporal is {shown!r}; "
+                             "an onset step belongs to temporal 'onset'")
+        return self
 
 
 class Location(BaseModel):
@@ -152,3 +170,36 @@ CAUSE_TO_CATEGORIES: dict[CauseId, tuple[str, ...]] = {
 DECOMPOSE_THRESHOLD = 1.03
 STRAGGLING_THRESHOLD = 1.1
 DEFAULT_GPUS_PER_HOST = 8
+
+
+class FidelityVerdict(StrEnum):
+    """How far the simulated job can be trusted for this trace (``Fidelity.verdict``)."""
+
+    GOOD = "good"
+    DEGRADED = "degraded"
+    UNRELIABLE = "unreliable"
+
+
+# Fidelity thresholds on the *unexplained* simulation error: the measured step time's excess over
+# the simulated one (relative to the simulated one, as the study's error), after the launch gaps a
+# found cause accounts for (a dataloader stall's idle time is explained, not a model failure).
+# - Up to FIDELITY_GOOD_MAX (3%) the verdict is good: that is the method's own noise floor (a job
+#   with S below DECOMPOSE_THRESHOLD = 1.03 is not decomposed at all), so time the model misses
+#   below it cannot change what the analysis concludes.
+# - Above FIDELITY_UNRELIABLE_ABOVE (5%) it is unreliable: the study discards every trace whose
+#   simulation error exceeds 5% (METHOD.md A4), because the simulated job no longer stands for the
+#   real one. In between it is degraded: the findings hold, but a cause or a speedup near a
+#   threshold (S near 1.1, a share near 25%) may move by the unexplained amount.
+FIDELITY_GOOD_MAX = DECOMPOSE_THRESHOLD - 1.0
+FIDELITY_UNRELIABLE_ABOVE = 0.05
+# When the fidelity is unreliable every cause's confidence is multiplied by
+# min(UNRELIABLE_CONFIDENCE_FACTOR, 1 / (1 + unexplained error)): the evidence comes from a
+# simulated job that covers only 1 / (1 + u) of the measured step, and halving at least keeps even
+# a perfect match (0.99) below the 0.5 that reads as "more likely than not".
+UNRELIABLE_CONFIDENCE_FACTOR = 0.5
+# A drain (take a host out of the job) is proposed only for hosts that hold at most this share of
+# the job's traced ranks: draining a host that carries the whole job, or a large part of it, is a
+# restart of the job elsewhere, not the removal of one bad machine, and the evidence that one
+# machine is at fault weakens as the machine's share of the job grows. host_cluster() in the
+# detectors uses the same quarter for a fault that is local.
+DRAIN_MAX_JOB_SHARE = 0.25

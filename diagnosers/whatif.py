@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.graph import CLAMP_NEG, Template, build_template
+from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.report import (
     Attribution,
@@ -37,11 +38,15 @@ from diagnosers.report import (
     StepTimes,
     WhatIfReport,
     WorkerSlowdown,
+    assess_fidelity,
+    measured_loss,
 )
 from diagnosers.simulate import Array, mixed_source, simulate
 
-STRAGGLING_THRESHOLD = 1.1  # S at or above this: a straggling job ([S] in METHOD.md A5)
-DECOMPOSE_THRESHOLD = 1.03  # the artifact's --decompose-thres: below it attributions are left empty
+# The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
+# artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, STRAGGLING_THRESHOLD
+
 MW_PERCENT = 3  # M_W fixes the slowest ceil(3% x workers) workers
 SIM_CHECK_RTOL = 1e-3  # re-simulating with launch delays should reproduce actual step times
 
@@ -176,6 +181,8 @@ def build_engine(trace: Trace) -> WhatIfEngine:
         tr = end[members] - last
         tr[tr <= -CLAMP_NEG] = 0.0
         orig[members] = tr
+    if t.rendezvous_groups:  # interleaved: a P2P pair's own time, not its batched call's
+        rendezvous_transfers(t.groups, t.rendezvous_groups, t.rendezvous_calls, start, end, orig, CLAMP_NEG)
 
     launch = np.empty_like(start)
     for v in range(t.n_nodes):
@@ -531,8 +538,11 @@ def analyze(
             "attributions empty; they are computed anyway"
         )
     wasted = max(0.0, 1.0 - 1.0 / slowdown)
+    actual_by_step = {str(s): float(x) for s, x in zip(steps, actual, strict=True)}
+    ideal_by_step = {str(s): t_id for s in steps}
     tick(1.0, "done")
     return WhatIfReport(
+        fidelity=assess_fidelity(launch_slowdown - 1.0),
         slowdown=slowdown,
         straggling=slowdown >= STRAGGLING_THRESHOLD,
         decomposed=decomposed,
@@ -557,10 +567,11 @@ def analyze(
         m_s_by_stage={k: v.value for k, v in m_s_by_stage.items()},
         fix_ratios=FixRatios(m_w=m_w, m_s=m_s, by_stage=m_s_by_stage),
         wasted_fraction=wasted,
+        measured_loss_fraction=measured_loss(actual_by_step, ideal_by_step),
         step_times=StepTimes(
-            actual={str(s): float(x) for s, x in zip(steps, actual, strict=True)},
+            actual=actual_by_step,
             no_delay={str(s): float(x) for s, x in zip(steps, t_nd, strict=True)},
-            ideal={str(s): t_id for s in steps},
+            ideal=ideal_by_step,
         ),
         job=trace.meta,
         n_ops=len(trace.ops),

@@ -117,7 +117,11 @@ class Mitigation(_Strict):
 
 
 class CaseSignature(CauseSignature):
-    """A cause with the shape it had in this case (vocabulary terms), plus an optional note."""
+    """A cause with the shape it had in this case (vocabulary terms), plus an optional note.
+
+    The shape may be ``temporal: onset`` (a cause that started during the run), with
+    ``onset_step`` when the report names the step, e.g. ``{temporal: onset, onset_step: 1200}``.
+    """
 
     note: str | None = None
 

@@ -122,12 +122,14 @@ def _closeness(values: list[Any], near: dict[frozenset[str], float]) -> np.ndarr
 
 
 # Partial agreement between different pattern values: a single slow worker sits on one host, a
-# sequence-length or GC pattern spread over random DP ranks is close to a job-wide one, and GC
-# pauses that grow are a kind of sporadic pause. Everything else disagrees (0).
+# sequence-length or GC pattern spread over random DP ranks is close to a job-wide one, GC pauses
+# that grow are a kind of sporadic pause, and a cause with an onset persists once it has started.
+# Everything else disagrees (0).
 CLOSENESS: tuple[np.ndarray, np.ndarray, np.ndarray] = (
     _closeness(_SPATIAL, {frozenset({Spatial.SINGLE_WORKER, Spatial.ONE_HOST}): 0.6,
                           frozenset({Spatial.RANDOM_DP, Spatial.JOB_WIDE}): 0.4}),
-    _closeness(_TEMPORAL, {frozenset({Temporal.SPORADIC, Temporal.GROWING}): 0.5}),
+    _closeness(_TEMPORAL, {frozenset({Temporal.SPORADIC, Temporal.GROWING}): 0.5,
+                           frozenset({Temporal.ONSET, Temporal.PERSISTENT}): 0.5}),
     _closeness(_RESOURCE, {}),
 )
 

@@ -34,6 +34,13 @@ class CauseMatch(BaseModel):
     evidence: Evidence = Field(default_factory=dict)
     summary: str
     categories: list[str] = Field(default_factory=list, description="matching incident categories")
+    marginal_gain: float | None = Field(
+        default=None,
+        ge=1.0,
+        description="job speedup T_now / T_after if only this cause were fixed and every other left "
+        "as it is, simulated by the what-if engine (set by the diagnosis; None when not simulated)",
+    )
+    marginal_basis: str | None = Field(default=None, description="what the marginal-gain run changed")
 
     def signature(self) -> CauseSignature:
         """The comparable signature the incident library searches with."""

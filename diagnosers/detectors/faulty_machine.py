@@ -263,7 +263,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         + f", while the rest of the grid is cold. Idealising only {'it' if one else 'them'} removes "
         f"{share * 100:.0f}% of the slowdown ({compute_share * 100:.0f}% from compute alone). Every "
         "collective and pipeline transfer waits for this machine; check its GPU health, clocks and "
-        "thermals, or drain it."
+        "thermals (the remedy says whether draining it is warranted)."
         + (
             f" The host holds exactly PP stage {rows[0]}, so a heavy stage would look the same."
             if ambiguous

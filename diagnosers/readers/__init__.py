@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosers.model import Trace, TraceError
+import numpy as np
+
+from diagnosers import interleaved
+from diagnosers.model import OPTYPE_CODE, Trace, TraceError
 
 # Sniffing order matters: the more specific formats first.
 READER_MODULES: tuple[str, ...] = ("native", "artifact", "ndtimeline", "kineto")
@@ -167,6 +170,8 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
     data = [f for f in data if f not in foreign]
     trace: Trace = module.read(data, opts)
     trace.sources = [str(f) for f in data]
+    is_compute = np.isin(trace.ops.optype, (OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]))
+    trace.notes.extend(interleaved.meta_notes(trace.meta, trace.ops.mc, is_compute))
     if foreign:
         fmt = module.__name__.rsplit(".", 1)[-1]
         trace.notes.append(

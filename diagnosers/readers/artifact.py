@@ -230,7 +230,7 @@ def read_columns(
 # The meta yaml's keys: the artifact's, ours (gpus_per_host, layers_per_stage), and JobMeta's names.
 META_KEYS: frozenset[str] = frozenset(
     {"trial_name", "run_id", "dp_size", "dsp_size", "cp_size", "pp_size", "tp_size", "vpp_size",
-     "world_size", "gpus_per_host", "layers_per_stage", "dp", "pp", "tp", "cp", "vpp"}
+     "world_size", "gpus_per_host", "layers_per_stage", "layers_per_chunk", "dp", "pp", "tp", "cp", "vpp"}
 )
 
 

@@ -42,6 +42,7 @@ _JOB_KEYS = frozenset(
         "world_size",
         "gpus_per_host",
         "layers_per_stage",
+        "layers_per_chunk",
     }
 )
 

@@ -73,18 +73,22 @@ def _merge(labels: list[str], bucket_label: str) -> str:
 
 
 def render_diagnosis(diagnosis: Diagnosis, *, grid: bool = True) -> str:
-    """A readable multi-line summary: verdict, ranked causes, remedies, similar incidents, grid."""
+    """A readable multi-line summary: the summary (which opens with UNRELIABLE when the fidelity
+    is), the fidelity line, causes ranked by marginal gain, remedies, similar incidents, grid."""
     d = diagnosis
     lines = [d.summary, ""]
+    f = d.fidelity
+    lines.append(f"fidelity: {f.verdict.value.upper()} ({f.reason})")
     lines.append(
         f"slowdown S = {d.slowdown:.3f} ({'straggling' if d.straggling else 'not straggling'}; "
         f"launch slowdown {d.report.launch_slowdown:.3f})"
     )
     if d.causes:
-        lines.append("causes (most likely first):")
+        lines.append("causes (largest gain first):")
         for i, c in enumerate(d.causes, 1):
+            gain = f"fixing it alone x{c.marginal_gain:.3f}, " if c.marginal_gain is not None else ""
             lines.append(
-                f"  {i}. {c.id} (confidence {c.confidence:.2f}) at {_where(c.location.model_dump())}"
+                f"  {i}. {c.id} ({gain}confidence {c.confidence:.2f}) at {_where(c.location.model_dump())}"
             )
             lines.append(f"     {c.summary}")
     else:
@@ -92,8 +96,9 @@ def render_diagnosis(diagnosis: Diagnosis, *, grid: bool = True) -> str:
     if d.remedies:
         lines.append("remedies (gain simulated by the what-if engine):")
         for rem in d.remedies:
+            mark = " [destructive]" if rem.destructive else ""
             lines.append(
-                f"  - [{rem.cause_id}] {rem.action} -> predicted speedup x{rem.predicted_speedup:.3f}"
+                f"  - [{rem.cause_id}]{mark} {rem.action} -> predicted speedup x{rem.predicted_speedup:.3f}"
             )
     if d.similar_incidents:
         lines.append("similar incidents:")

@@ -165,6 +165,14 @@ def _chunk_layers(layers: list[int], s: int, chunks: int, n: int) -> Arr:
     return out
 
 
+def _layers_per_chunk(spec: ScenarioSpec, cost: CostModel, layers: list[int]) -> list[list[float]] | None:
+    """The meta's ``layers_per_chunk`` of an interleaved job (as ``_chunk_layers`` places them)."""
+    if spec.schedule is not Schedule.INTERLEAVED:
+        return None
+    n = cost.layers_per_middle_stage
+    return [[float(x) for x in _chunk_layers(layers, s, spec.vpp, n)] for s in range(spec.pp)]
+
+
 def _sequence_factors(spec: ScenarioSpec, cost: CostModel, rng: np.random.Generator) -> Arr:
     """Per-(step, dp, microbatch) cost factor of the transformer layers from sequence lengths.
 
@@ -380,15 +388,36 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
             with_causes, cost, dp_comm)
         true_slowdown = t_c / t_h
 
+    causes = _true_marginals(spec, cost, dp_comm, causes, step_time, true_slowdown)
+
     meta = JobMeta(
         trial_name=spec.trial_name, run_id=spec.seed, dp=spec.dp, pp=spec.pp, tp=spec.tp, cp=spec.cp,
         vpp=spec.vpp, world_size=0, gpus_per_host=spec.gpus_per_host, layers_per_stage=layers,
-        source_format="synthetic",
+        layers_per_chunk=_layers_per_chunk(spec, cost, layers), source_format="synthetic",
     )
     notes = [f"synthetic job: scenarios {','.join(spec.scenarios)}, seed {spec.seed}, "
              f"schedule {spec.schedule.value}"]
     labels = Labels(causes=causes, expected_straggling=true_slowdown >= STRAGGLING_THRESHOLD)
     return GeneratedJob(Trace(ops=ops, meta=meta, notes=notes), labels, spec, true_slowdown, step_time)
+
+
+def _true_marginals(
+    spec: ScenarioSpec, cost: CostModel, dp_comm: bool, causes: list[CauseLabel], step_time: float,
+    true_slowdown: float,
+) -> list[CauseLabel]:
+    """Each label with its true marginal effect: the job's mean step time over that of the same job
+    (same seed) with that one scenario left out. A single straggling cause needs no extra run (it is
+    ``true_slowdown``); with several, one run per cause."""
+    real = [c for c in causes if c.scenario is not Scenario.NONE]
+    if len(real) == 1 and real[0].scenario is not Scenario.DATALOADER_STALL:
+        return [c.model_copy(update={"true_marginal": round(true_slowdown, 6)}) for c in causes]
+    out = []
+    for c in causes:
+        rest = [s for s in spec.scenarios if s is not c.scenario] or [Scenario.NONE]
+        without = spec.model_copy(update={"scenarios": rest})
+        t_without = _run_only(without, cost, dp_comm)
+        out.append(c.model_copy(update={"true_marginal": round(step_time / t_without, 6)}))
+    return out
 
 
 def _run_only(spec: ScenarioSpec, cost: CostModel, dp_comm: bool) -> float:

@@ -3,7 +3,7 @@
 A :class:`ScenarioSpec` says what job to build (parallel sizes, schedule, microbatches, steps) and
 which causes to inject; :class:`Labels` is what was injected, in the shared ``Location`` vocabulary,
 so scoring a diagnosis against it is a direct comparison. ``labels.json`` is
-``Labels.model_dump(mode="json")``: ``{"causes": [{"id", "magnitude", "location"}],
+``Labels.model_dump(mode="json")``: ``{"causes": [{"id", "magnitude", "location", "true_marginal"}],
 "expected_straggling"}``.
 """
 
@@ -92,6 +92,9 @@ class ScenarioSpec(BaseModel):
     schedule: Schedule = Schedule.ONE_F_ONE_B
     scenarios: list[Scenario] = Field(default_factory=lambda: [Scenario.NONE])
     magnitude: float | None = Field(default=None, gt=0)
+    magnitudes: dict[Scenario, float] = Field(
+        default_factory=dict, description="per-scenario magnitude overrides (two causes, two sizes)"
+    )
     seed: int = 0
     host: int | None = Field(default=None, ge=0)
     worker: tuple[int, int] | None = None
@@ -153,6 +156,8 @@ class ScenarioSpec(BaseModel):
         return -(-self.world_size // self.gpus_per_host)
 
     def magnitude_of(self, scenario: Scenario) -> float:
+        if scenario in self.magnitudes:
+            return self.magnitudes[scenario]
         return self.magnitude if self.magnitude is not None else DEFAULT_MAGNITUDE[scenario]
 
     def rank_of(self, dp_rank: int, pp_rank: int) -> int:
@@ -194,6 +199,11 @@ class CauseLabel(BaseModel):
     id: CauseId
     magnitude: float
     location: Location
+    true_marginal: float | None = Field(
+        default=None,
+        description="the generator's own speedup if only this cause were removed: mean step time "
+        "with every injected cause over that with all but this one (None when not run)",
+    )
     # Not written to labels.json (excluded on dump): the scenario name and pattern, for scoring.
     scenario: Scenario = Field(default=Scenario.NONE, exclude=True)
     pattern: Pattern = Field(default_factory=Pattern, exclude=True)

@@ -161,7 +161,7 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
     @mcp.tool(title="Classify straggler patterns", annotations=READ_ONLY)
     @tool_errors
     async def classify_patterns(trace_id: TraceId, ctx: Context[Any]) -> PatternsView:
-        """The causes whose signature matches this trace, ranked by confidence, with their spatial /
+        """The causes whose signature matches this trace, ranked by marginal gain, with their spatial /
         temporal / resource pattern, location and the evidence numbers."""
         L = lens()
         relay = ProgressRelay(ctx)

@@ -19,7 +19,7 @@ from diagnosers.detectors.base import CauseMatch
 from diagnosers.diagnose import Diagnosis
 from diagnosers.heatmap import Heatmap
 from diagnosers.remedies import Remedy
-from diagnosers.report import ScenarioResult, WhatIfReport
+from diagnosers.report import Fidelity, ScenarioResult, WhatIfReport
 
 MAX_STEPS = 8
 MAX_STEP_KEYS = 16
@@ -236,11 +236,12 @@ def diagnosis_view(trace_id: str, d: Diagnosis) -> DiagnosisView:
 
 
 class PatternsView(BaseModel):
+    fidelity: Fidelity = Field(description="the diagnosis's fidelity verdict, first")
     trace_id: str
     slowdown: float
     straggling: bool
     causes: list[CauseMatch] = Field(
-        description="matching causes, most confident first; [] for a healthy job"
+        description="matching causes, largest marginal gain first; [] for a healthy job"
     )
     total: int
     truncated: bool
@@ -248,6 +249,7 @@ class PatternsView(BaseModel):
 
 def patterns_view(trace_id: str, d: Diagnosis) -> PatternsView:
     return PatternsView(
+        fidelity=d.fidelity,
         trace_id=trace_id,
         slowdown=d.slowdown,
         straggling=d.straggling,
@@ -258,6 +260,7 @@ def patterns_view(trace_id: str, d: Diagnosis) -> PatternsView:
 
 
 class RemediesView(BaseModel):
+    fidelity: Fidelity = Field(description="the diagnosis's fidelity verdict, first")
     trace_id: str
     remedies: list[Remedy] = Field(description="one per detected cause, with the simulated speedup")
     total: int
@@ -266,6 +269,7 @@ class RemediesView(BaseModel):
 
 def remedies_view(trace_id: str, d: Diagnosis) -> RemediesView:
     return RemediesView(
+        fidelity=d.fidelity,
         trace_id=trace_id,
         remedies=d.remedies[:MAX_CAUSES],
         total=len(d.remedies),

@@ -174,7 +174,8 @@ def test_labels_json_shape_and_megatron_ranks() -> None:
     dumped = job.labels.model_dump(mode="json")
     assert set(dumped) == {"causes", "expected_straggling"}
     (cause,) = dumped["causes"]
-    assert set(cause) == {"id", "magnitude", "location"}
+    assert set(cause) == {"id", "magnitude", "location", "true_marginal"}
+    assert cause["true_marginal"] == pytest.approx(job.true_slowdown, rel=1e-5)  # one cause: the same
     assert set(cause["location"]) == {"dp_ranks", "pp_ranks", "ranks", "hosts", "steps"}
     # rank = tp*cp*(dp + dp_size*pp): TP fastest, then CP, DP, PP slowest
     assert cause["location"] == {"dp_ranks": [1], "pp_ranks": [1], "ranks": [20], "hosts": [2],

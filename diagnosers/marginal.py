@@ -1,0 +1,151 @@
+"""Marginal gain of each matched cause: the job speedup if only that cause were fixed.
+
+"Fixed" changes only the ops the cause acts on and keeps everything else as measured, so two
+overlapping causes (a slow worker on an already heavy stage) are each credited with what removing
+it alone would buy, not with the other's share:
+
+- stage imbalance: the heavy stage's forwards and backwards scaled to the other stages' typical
+  weight per op type, each op's own variation kept (a slow worker there stays slow); with model
+  chunks, the detector's per-chunk balance to the job-wide typical;
+- faulty machine: each hot worker's compute scaled down to its stage peers' median (the stage's
+  own weight is kept, so a slow worker on a heavy stage goes back to the heavy stage's pace);
+- sequence-length imbalance: forwards/backwards rebalanced (as the remedy, an upper bound);
+- GC pause: the paused forwards without their pauses (the remedy minus its planned collection);
+- slow communication / dataloader stall: the remedy's own what-if run (it fixes only that cause).
+
+Speedups are ``T_now / T_after`` over mean simulated step times with launch delay 0, except the
+dataloader stall, which lives in launch delays and is measured against the measured step time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
+from diagnosers.remedies import Remedy
+from diagnosers.vocab import CauseId
+
+Arr = npt.NDArray[np.float64]
+
+
+def _hot_cells(match: CauseMatch) -> list[tuple[int, int]]:
+    hot = match.evidence.get("hot_cells")
+    if isinstance(hot, list):
+        return [(int(str(x).split(",")[0]), int(str(x).split(",")[1])) for x in hot]
+    return [(d, p) for d in match.location.dp_ranks for p in match.location.pp_ranks]
+
+
+def worker_at_peer_pace(stats: TraceStats, probe: Probe, cells: Sequence[tuple[int, int]]) -> Arr:
+    """Original durations with each cell's compute divided by its persistent speed factor (median
+    over steps of its compute over its stage peers' median), when that factor is above 1."""
+    from diagnosers.detectors.faulty_machine import compute_mask, compute_ratios
+
+    d = probe.original.copy()
+    cl = list(cells)
+    if not cl:
+        return d
+    factors = np.median(compute_ratios(stats, cl), axis=0)
+    for cell, f in zip(cl, factors, strict=True):
+        if f > 1.0:
+            m = compute_mask(stats, [cell])
+            d[m] = d[m] / f
+    return d
+
+
+def stage_at_peer_weight(stats: TraceStats, probe: Probe, stage: int) -> Arr | None:
+    """Original durations with ``stage``'s forwards and backwards scaled, per op type, so that
+    the stage's typical (median) DP rank's mean equals the median over the other stages of that
+    type's mean; each op's variation
+    (a slow worker on the stage) is kept. None with model chunks (interleaved pipelines), where the
+    detector's per-chunk balance is used instead, or with fewer than two stages."""
+    from diagnosers.detectors.stats import BWD, FWD
+
+    gmc = stats.op_gmc
+    if stats.pp < 2 or ((gmc >= 0).any() and len(np.unique(gmc[gmc >= 0])) > stats.pp):
+        return None
+    d = probe.original.copy()
+    for code in (FWD, BWD):
+        of_type = stats.optype == code
+        on = of_type & (stats.op_pp == stage)
+        if not on.any():
+            continue
+        means = [float(d[of_type & (stats.op_pp == p)].mean()) for p in range(stats.pp)
+                 if p != stage and (of_type & (stats.op_pp == p)).any()]
+        # the stage's typical DP rank, so a slow worker on it does not set the stage's weight
+        here = float(np.median([d[on & (stats.op_dp == r)].mean() for r in range(stats.dp)
+                                if (on & (stats.op_dp == r)).any()]))
+        if means and here > 0:
+            factor = float(np.median(means)) / here
+            if factor < 1.0:
+                d[on] *= factor
+    return d
+
+
+def _fixed_durations(match: CauseMatch, stats: TraceStats, probe: Probe) -> tuple[Arr, str] | None:
+    if match.id is CauseId.STAGE_IMBALANCE and isinstance(match.evidence.get("stage"), int):
+        from diagnosers.detectors.stage_imbalance import balanced_stage_durations
+
+        stage = int(match.evidence["stage"])  # type: ignore[arg-type]
+        peer = stage_at_peer_weight(stats, probe, stage)
+        if peer is not None:
+            return peer, (
+                f"stage {stage}'s forwards and backwards scaled to the other stages' typical weight, "
+                "every other op as measured"
+            )
+        return balanced_stage_durations(stats, stage), (
+            f"stage {stage}'s compute balanced to the job-wide typical, every other op as measured"
+        )
+    if match.id is CauseId.FAULTY_MACHINE:
+        cells = _hot_cells(match)
+        return worker_at_peer_pace(stats, probe, cells), (
+            f"the compute of {len(cells)} slow worker(s) scaled to their stage peers' pace, every "
+            "other op as measured"
+        )
+    if match.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
+        from diagnosers.detectors.sequence_length import rebalanced_durations
+
+        return rebalanced_durations(stats), "forward/backward cost rebalanced across DP ranks"
+    if match.id is CauseId.GC_PAUSE:
+        from diagnosers.detectors.gc_pause import paused_durations, paused_forwards
+
+        return paused_durations(stats, paused_forwards(stats)), "the paused forwards without their pauses"
+    return None
+
+
+def marginal_gains(
+    matches: Sequence[CauseMatch], stats: TraceStats, remedies: Sequence[Remedy]
+) -> list[tuple[float | None, str | None]]:
+    """Per match, ``(marginal speedup, what the run changed)``; ``(None, None)`` when neither a
+    dedicated run nor a remedy for the cause exists. One batched engine pass serves every cause
+    with a dedicated run."""
+    probe = stats.probe
+    out: list[tuple[float | None, str | None]] = [(None, None)] * len(matches)
+    batch: list[Arr] = []
+    where: list[tuple[int, str]] = []
+    if probe is not None:
+        for i, m in enumerate(matches):
+            fixed = _fixed_durations(m, stats, probe)
+            if fixed is not None:
+                batch.append(fixed[0])
+                where.append((i, fixed[1]))
+    if batch and probe is not None:
+        times = probe.mean_times(np.stack(batch))
+        for (i, basis), t in zip(where, times, strict=True):
+            gain = max(1.0, probe.t_orig / float(t)) if t > 0 else 1.0
+            out[i] = (round(gain, 4), basis)
+    by_cause = {r.cause_id: r for r in remedies}
+    for i, m in enumerate(matches):
+        if out[i][0] is None and m.id.value in by_cause:
+            out[i] = (by_cause[m.id.value].predicted_speedup, "the remedy's what-if run")
+    return out
+
+
+def rank_by_gain(matches: Sequence[CauseMatch]) -> list[CauseMatch]:
+    """Causes ordered by marginal gain (largest first; causes without one last), then confidence."""
+    return sorted(matches, key=lambda m: (-(m.marginal_gain or 0.0), -m.confidence))
+
+
+__all__ = ["marginal_gains", "rank_by_gain", "worker_at_peer_pace"]
