@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 DEST_TYPES = ("slack", "webhook")
-FIDELITY_VERDICTS = ("unreliable", "approximate")
+FIDELITY_VERDICTS = ("unreliable", "degraded")  # diagnosers.vocab.FidelityVerdict, less "good"
 TREND_KINDS = ("growing",)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

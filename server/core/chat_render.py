@@ -50,17 +50,19 @@ def _span(values: list[int], most: int = 8) -> str:
 
 
 def _fidelity(summary: dict[str, Any]) -> str:
+    """``good (unexplained error 1.2%)``; ``unknown`` for a summary without fidelity."""
     f = summary.get("fidelity")
     if not f:
         return "unknown"
     verdict = f.get("verdict", "unknown")
-    err = f.get("simulation_error")
-    return f"{verdict} (simulation error {err:+.1%})" if isinstance(err, int | float) else str(verdict)
+    err = f.get("unexplained_error", f.get("simulation_error"))
+    return f"{verdict} (unexplained error {err:.1%})" if isinstance(err, int | float) else str(verdict)
 
 
 def _gain(cause: dict[str, Any]) -> str:
+    """A cause's marginal gain, the job speedup if only it were fixed: ``×1.150``."""
     g = cause.get("marginal_gain")
-    return f"{g:.1%}" if isinstance(g, int | float) else "unknown"
+    return f"×{g:.3f}" if isinstance(g, int | float) else "unknown"
 
 
 def headline(summary: dict[str, Any]) -> str:

@@ -29,6 +29,15 @@ def _dump(value: Any) -> Any:
     return value
 
 
+def _onset_step(cause: Any) -> int | None:
+    """The step at which a cause with temporal ``onset`` begins (None otherwise or unknown)."""
+    pattern = getattr(cause, "pattern", None)
+    if pattern is None or str(getattr(pattern, "temporal", "")) != "onset":
+        return None
+    step = getattr(pattern, "onset_step", None)
+    return int(step) if step is not None else None
+
+
 def window_summary(diagnosis: Any, missing_ranks: list[int] | None = None) -> dict[str, Any]:
     """What a job's history keeps of one window's ``Diagnosis`` (bounded: at most
     ``MAX_STEPS`` steps, ``MAX_CAUSES`` causes, ``MAX_WORKERS`` workers)."""
@@ -42,8 +51,9 @@ def window_summary(diagnosis: Any, missing_ranks: list[int] | None = None) -> di
                 "summary": c.summary,
                 "pattern": _dump(c.pattern),
                 "location": _dump(c.location),
+                # job speedup if only this cause were fixed (T_now / T_after), None: not simulated
                 "marginal_gain": _dump(getattr(c, "marginal_gain", None)),
-                "onset": _dump(getattr(c, "onset", None)),
+                "onset": _onset_step(c),
             }
         )
     remedies = [
@@ -103,8 +113,9 @@ def _ranks(a: np.ndarray) -> np.ndarray:
 
 def trend(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The trend over a job's windows, oldest first: the rank correlation of S with time, of each
-    cause's marginal gain (when the report carries it; otherwise ``unknown``), and the causes the
-    detectors call ``growing`` or give an ``onset`` in the latest window."""
+    cause's marginal gain (its speedup if fixed alone; a window without the cause counts 1.0, a
+    gain not simulated makes the correlation ``unknown``), and the causes the detectors call
+    ``growing`` or give an ``onset`` step in the latest window."""
     s = [float(x["slowdown"]) for x in summaries if x.get("slowdown") is not None]
     rho = spearman(s)
     causes: dict[str, Any] = {}
@@ -113,7 +124,7 @@ def trend(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         gains = []
         for x in summaries:
             hit = next((c for c in x.get("causes") or [] if c["id"] == cid), None)
-            g = hit.get("marginal_gain") if hit else 0.0
+            g = hit.get("marginal_gain") if hit else 1.0  # absent: fixing it gains nothing
             gains.append(g)
         known = [g for g in gains if isinstance(g, int | float)]
         causes[cid] = {

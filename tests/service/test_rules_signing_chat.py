@@ -158,7 +158,13 @@ def st_summary() -> dict[str, Any]:
 def test_one_chat_rendering_of_a_real_diagnosis(st_summary: dict[str, Any]) -> None:
     md = render_markdown(st_summary, "job st / window w1", "http://lens/jobs/st")
     assert "**S = 1.18" in md and "`stage-imbalance`" in md and "stage 3" in md
-    assert "fidelity: unknown" in md or "fidelity: " in md
+    verdict = st_summary["fidelity"]["verdict"]
+    assert f"fidelity: {verdict} (unexplained error " in md
+    gain = st_summary["causes"][0]["marginal_gain"]
+    assert gain > 1.0 and f"×{gain:.3f}" in md  # the speedup of fixing that cause alone
+    old = dict(st_summary, fidelity=None, causes=[{**c, "marginal_gain": None} for c in st_summary["causes"]])
+    old_md = render_markdown(old, "a summary stored before the report carried fidelity")
+    assert "fidelity: unknown" in old_md and "| unknown |" in old_md  # the table cell of the gain
     assert "Best remedy" in md and "[Open the job](http://lens/jobs/st)" in md
     blocks = render_blocks(st_summary, "job st", "http://lens/jobs/st", grid="#..\n...")
     kinds = [b["type"] for b in blocks]

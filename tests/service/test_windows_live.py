@@ -64,7 +64,7 @@ def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) ->
     assert w1["status"] == "done", w1
     assert w1["ranks_received"] == 4 and w1["missing_ranks"] == [] and w1["trace_id"]
     assert w1["slowdown"] > 1.1 and w1["causes"], w1
-    assert w1["fidelity"] == "unknown" or w1["fidelity"]
+    assert w1["fidelity"] in ("good", "degraded", "unreliable")
     send_windows(lens.url, "llama-run7", "w2", EXAMPLES / "baseline" / "traces", [0, 1, 2, 3], tmp_path)
     w2 = done(lens, "llama-run7", "w2")
     assert w2["status"] == "done"
