@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(TORCH_STAMP)
-	for b in engine_bench generate_bench diagnose_perf incidents_bench profiler_readers_bench server_bench accuracy; do \
+	for b in engine_bench speed_bench generate_bench diagnose_perf incidents_bench profiler_readers_bench server_bench accuracy; do \
 		$(BIN)/python -m bench.$$b || exit 1; done
 
 clean:

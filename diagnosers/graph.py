@@ -100,9 +100,9 @@ class Template:
     groups: list[list[int]]
     group_dp_sync: list[bool]
     order: list[list[int]]
-    node_of_row: npt.NDArray[np.int64]
-    dp_of_row: npt.NDArray[np.int64]
-    step_of_row: npt.NDArray[np.int64]
+    node_of_row: npt.NDArray[np.integer[Any]]
+    dp_of_row: npt.NDArray[np.integer[Any]]
+    step_of_row: npt.NDArray[np.integer[Any]]
     steps: list[int]
     dp: int
     pp: int
@@ -113,7 +113,10 @@ class Template:
     # (``interleaved.rendezvous_transfers``); empty otherwise
     rendezvous_groups: list[int] = field(default_factory=list)
     rendezvous_calls: list[list[int]] = field(default_factory=list)  # nodes of each batched call
-    _flat: npt.NDArray[np.int64] | None = field(default=None, repr=False)
+    # per node: the op-type class its ideal duration is pooled over (None: its optype); set by
+    # explicit (kernel-level) graphs, whose op types are finer than the coarse optype column
+    pool: npt.NDArray[np.int64] | None = None
+    _flat: npt.NDArray[np.integer[Any]] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
 
     def name(self, node: int) -> str:
@@ -121,11 +124,14 @@ class Template:
         return f"{OPTYPES[int(self.optype[node])]}_{int(self.seq[node])}_{int(self.stage[node])}"
 
     @property
-    def flat_index(self) -> npt.NDArray[np.int64]:
+    def flat_index(self) -> npt.NDArray[np.integer[Any]]:
         """Per row: the flat position of its (node, dp, step) cell in a C-order dense array."""
         if self._flat is None:
             ns = len(self.steps)
-            self._flat = (self.node_of_row * self.dp + self.dp_of_row) * ns + self.step_of_row
+            # int32 while the dense array has fewer than 2**31 cells (always: one cell per op)
+            wide = self.n_nodes * self.dp * ns >= 2**31
+            node = self.node_of_row.astype(np.int64) if wide else self.node_of_row
+            self._flat = (node * self.dp + self.dp_of_row) * ns + self.step_of_row
         return self._flat
 
     @property
@@ -159,22 +165,27 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     """Rebuild the dependency graph of ``trace`` (see the module docstring).
 
     Raises ``TraceError`` when steps differ in their ops, P2P records cannot be paired, or the
-    graph has a cycle once groups are contracted.
+    graph has a cycle once groups are contracted. A trace whose reader stated its dependencies
+    (``trace.graph``, kernel-level traces) gets the template of that graph instead.
     """
+    if trace.graph is not None:
+        from diagnosers.kernel_graph import template_from_explicit
+
+        return template_from_explicit(trace, trace.graph)
     ops, meta = trace.ops, trace.meta
     src = trace.sources[0] if trace.sources else None
     dp, pp = meta.dp, meta.pp
     n_types = len(OPTYPES)
-    steps_arr, step_of_row = dense_ids(ops.step)
+    # row maps in the op table's own narrow types (int32 / int16): no 64-bit copies of the columns
+    steps_arr, step_of_row = dense_ids(ops.step, np.int32)
     n_steps = len(steps_arr)
-    stage = ops.stage.astype(np.int64)
-    optype = ops.optype.astype(np.int64)
-    seq = ops.seq_id.astype(np.int64)
-    dp_of_row = ops.dp_rank.astype(np.int64)
+    stage, optype, seq, dp_of_row = ops.stage, ops.optype, ops.seq_id, ops.dp_rank
 
     # --- node numbering from DP rank 0 / first step; every step must carry the same ops
+    wide = n_steps * dp * pp * n_types >= 2**31  # int32 keys while the cells fit
+    step_key = step_of_row.astype(np.int64) if wide else step_of_row
     counts = np.bincount(
-        (step_of_row * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
+        (step_key * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
         minlength=n_steps * dp * pp * n_types,
     ).reshape(n_steps, dp, pp, n_types)
     ref = counts[0, 0]
@@ -192,7 +203,7 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
             step=int(steps_arr[t]),
             op=OPTYPES[o],
         )
-    base = np.concatenate([[0], np.cumsum(ref.reshape(-1))])[:-1].reshape(pp, n_types)
+    base = np.concatenate([[0], np.cumsum(ref.reshape(-1))])[:-1].reshape(pp, n_types).astype(np.int32)
     n_nodes = int(ref.sum())
     if (seq >= ref[stage, optype]).any() or (seq < 0).any():
         i = int(np.argmax((seq >= ref[stage, optype]) | (seq < 0)))
@@ -392,19 +403,13 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
         # a no-op record split from a batched P2P record shares its start and duration with a valid
         # op of the other direction on the same worker: it waited for that op's peer, so it ends
         # with that op's group instead of keeping the wait as its own transfer time
-        valid_nodes = list(valid_p2p.values())
+        # (one look-up per no-op in an index by worker and timing, not a scan of every P2P node)
+        same_timing: dict[tuple[int, float, float], list[int]] = {}
+        for u in valid_p2p.values():
+            same_timing.setdefault((int(n_stage[u]), float(t_start[u]), float(t_end[u])), []).append(u)
         for v in no_op_nodes:
-            twin = next(
-                (
-                    u
-                    for u in valid_nodes
-                    if n_stage[u] == n_stage[v]
-                    and n_optype[u] != n_optype[v]
-                    and t_start[u] == t_start[v]
-                    and t_end[u] == t_end[v]
-                ),
-                None,
-            )
+            candidates = same_timing.get((int(n_stage[v]), float(t_start[v]), float(t_end[v])), [])
+            twin = next((u for u in candidates if n_optype[u] != n_optype[v]), None)
             if twin is not None:
                 twins[v] = twin
 

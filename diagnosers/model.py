@@ -340,6 +340,8 @@ class Trace:
     meta: JobMeta
     notes: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    # dependencies stated by the reader (a ``kernel_graph.ExplicitGraph``), None for the named model
+    graph: Any = None
 
     @property
     def steps(self) -> list[int]:

@@ -51,6 +51,13 @@ def _as3(x: Array | float) -> Array:
     raise ValueError(f"durations must broadcast to (K, D, S); got shape {a.shape}")
 
 
+def _maximum(a: Array, b: Array, own: bool) -> Array:
+    """``np.maximum(a, b)``, written into ``a`` when ``a`` is a fresh array of the result's shape."""
+    if own and np.broadcast_shapes(a.shape, b.shape) == a.shape:
+        return np.maximum(a, b, out=a)
+    return np.maximum(a, b)
+
+
 def simulate(
     t: Template,
     durations: DurationSource | Array,
@@ -84,24 +91,32 @@ def simulate(
     for members in t.order:
         starts = []
         for v in members:
+            own = False  # whether this member's start is a fresh array the pass may overwrite
             dv = deps[v]
             if not dv:
                 st = zero
             else:
                 st = ends[dv[0]]  # type: ignore[assignment]
                 for u in dv[1:]:
-                    st = np.maximum(st, ends[u])  # type: ignore[arg-type]
+                    st = _maximum(st, ends[u], own)  # type: ignore[arg-type]
+                    own = True
                 for u in dv:
                     remaining[u] -= 1
                     if remaining[u] == 0 and not keep:
                         ends[u] = None
             if lau is not None:
                 st = st + _as3(lau(v))
+                own = True
             starts.append(st)
         g = group[members[0]]
         if g < 0:
             v = members[0]
-            e = starts[0] + _as3(dur(v))
+            d_v = _as3(dur(v))
+            # the end can reuse the start's memory when nothing else holds the start
+            if own and not keep and np.broadcast_shapes(starts[0].shape, d_v.shape) == starts[0].shape:
+                e = np.add(starts[0], d_v, out=starts[0])
+            else:
+                e = starts[0] + d_v
             ends[v] = e
             if keep:
                 starts_kept[v] = starts[0]  # type: ignore[index]

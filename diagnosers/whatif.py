@@ -70,7 +70,8 @@ def optype_group_of(name: str) -> str:
 class WhatIfEngine:
     """A measured trace and its template graph, ready to simulate what-if scenarios.
 
-    Per-op vectors are aligned with ``trace.ops`` rows:
+    Per-op vectors are aligned with ``trace.ops`` rows, made on first use (``analyze`` works on
+    the dense arrays and never reads them; the diagnosis probe does):
 
     - ``original``: compute = ``duration``, communication = transfer time (see module docstring);
     - ``ideal``: the op type's pooled typical value;
@@ -84,9 +85,6 @@ class WhatIfEngine:
     trace: Trace
     template: Template
     steps: list[int]
-    original: Array
-    ideal: Array
-    launch_delay: Array
     actual_step_times: Array
     orig_dense: Array
     ideal_node: Array
@@ -95,6 +93,27 @@ class WhatIfEngine:
     notes: list[str] = field(default_factory=list)
     _nodelay: Array | None = None
     _ideal: float | None = None
+    _rows: dict[str, Array] = field(default_factory=dict, repr=False)
+
+    def _per_row(self, name: str, make: Callable[[], Array]) -> Array:
+        if name not in self._rows:
+            self._rows[name] = make()
+        return self._rows[name]
+
+    @property
+    def original(self) -> Array:
+        """Per row: compute duration or communication transfer time."""
+        return self._per_row("original", lambda: self.template.gather(self.orig_dense))
+
+    @property
+    def ideal(self) -> Array:
+        """Per row: the op type's typical duration."""
+        return self._per_row("ideal", lambda: self.ideal_node[self.template.node_of_row])
+
+    @property
+    def launch_delay(self) -> Array:
+        """Per row: the measured launch delay."""
+        return self._per_row("launch_delay", lambda: self.template.gather(self.launch_dense))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -119,9 +138,11 @@ class WhatIfEngine:
         k = d.shape[0]
         dp, ns = self.shape
         t = self.template
-        flat = np.empty((k, t.n_nodes * dp * ns))
-        flat[:, t.flat_index] = d
-        dense = np.moveaxis(flat.reshape(k, t.n_nodes, dp, ns), 1, 0)  # (n_nodes, k, dp, ns) view
+        # scenario axis last in memory: each row's k values land in one place (one random write
+        # per op instead of k)
+        flat = np.empty((t.n_nodes * dp * ns, k))
+        flat[t.flat_index] = d.T
+        dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)  # (n_nodes, k, dp, ns) view
         launch = None
         if launch_delay is not None:
             launch = t.dense(np.asarray(launch_delay, dtype=np.float64), fill=0.0)[:, None]
@@ -167,13 +188,13 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     ns = len(t.steps)
     step_min = np.full(ns, np.inf)
     np.minimum.at(step_min, t.step_of_row, ops.start_ts)
-    start_rel = ops.start_ts - step_min[t.step_of_row]
-    start = t.dense(start_rel)
-    dur = t.dense(ops.duration)
-    end = start + dur
+    start = t.dense(ops.start_ts)
+    start -= step_min  # relative to the step start (steps are the last dense axis)
+    orig = t.dense(ops.duration)
+    end = start + orig
     actual = end.max(axis=(0, 1))
 
-    orig = dur.copy()
+    # the durations become the original vector in place: transfer times for group members
     for g, members in enumerate(t.groups):
         last = start[members].max(axis=0)
         if t.group_dp_sync[g]:
@@ -194,18 +215,16 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     launch[launch <= -CLAMP_NEG] = 0.0
 
     ideal_node = np.empty(t.n_nodes)
-    for o in np.unique(t.optype):
-        nodes = t.optype == o
+    pool = t.optype if t.pool is None else t.pool
+    for o in np.unique(pool):
+        nodes = pool == o
         vals = orig[nodes]
-        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[o] else np.median(vals)
+        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[t.optype[nodes][0]] else np.median(vals)
 
     eng = WhatIfEngine(
         trace=trace,
         template=t,
         steps=list(t.steps),
-        original=t.gather(orig),
-        ideal=ideal_node[t.node_of_row],
-        launch_delay=t.gather(launch),
         actual_step_times=actual,
         orig_dense=orig,
         ideal_node=ideal_node,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,16 +52,22 @@ class ReadOptions:
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
-def available_readers() -> dict[str, types.ModuleType]:
-    """Reader modules that are installed, by module name."""
-    found: dict[str, types.ModuleType] = {}
+def iter_readers() -> Iterator[tuple[str, types.ModuleType]]:
+    """Reader modules that are installed, in sniffing order, each imported only when reached (a
+    parquet trace never pays for importing the profiler readers)."""
     for name in READER_MODULES:
         try:
-            found[name] = importlib.import_module(f"diagnosers.readers.{name}")
+            module = importlib.import_module(f"diagnosers.readers.{name}")
         except ModuleNotFoundError as exc:
             if exc.name != f"diagnosers.readers.{name}":
                 raise
-    return found
+            continue
+        yield name, module
+
+
+def available_readers() -> dict[str, types.ModuleType]:
+    """Reader modules that are installed, by module name."""
+    return dict(iter_readers())
 
 
 def read_failure(exc: BaseException) -> str:
@@ -125,15 +131,15 @@ def detect_format(paths: Sequence[Path]) -> str:
     Files no reader recognises (a LICENSE or README next to the traces) are passed over; the error
     names the first file.
     """
-    readers = available_readers()
     first = paths[0]
     for path in paths:
         head = read_head(path)
-        for name, module in readers.items():
+        for name, module in iter_readers():
             if module.sniff(path, head):
                 return name
     if all(not read_head(p, 1) for p in paths):
         raise TraceError("the file is empty", file=str(first))
+    readers = available_readers()
     known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
     raise TraceError(f"cannot tell the trace format; pass --format (one of: {known})", file=str(first))
 
@@ -154,18 +160,18 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
         if len(metas) > 1:
             raise TraceError(f"several meta files given: {', '.join(str(m) for m in metas)}")
         opts.meta_path = metas[0]
-    readers = available_readers()
     if opts.format:
         module = next(
-            (m for m in readers.values() if opts.format in m.FORMAT_NAMES or opts.format == m.__name__),
+            (m for _, m in iter_readers() if opts.format in m.FORMAT_NAMES or opts.format == m.__name__),
             None,
         )
         if module is None:
+            readers = available_readers()
             known = ", ".join(n for m in readers.values() for n in m.FORMAT_NAMES)
             raise TraceError(f"unknown format {opts.format!r}; known formats: {known}")
         _check_forced_format(module, opts.format, data)
     else:
-        module = readers[detect_format(data)]
+        module = importlib.import_module(f"diagnosers.readers.{detect_format(data)}")
     foreign = _foreign_files(module, data)
     data = [f for f in data if f not in foreign]
     trace: Trace = module.read(data, opts)

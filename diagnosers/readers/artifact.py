@@ -10,6 +10,7 @@ as the largest rank index + 1). Several files are concatenated (e.g. one per ran
 from __future__ import annotations
 
 import gzip
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,7 +78,6 @@ def _csv_short_line(source: str) -> int | None:
     """The 1-based line of the first CSV row whose field count differs from the header's
     (pyarrow quotes the row but not its line)."""
     import csv
-    import io
 
     try:
         with open_stream(Path(source)) as fh:
@@ -108,7 +108,10 @@ def table_from_stream(
             import pyarrow.parquet as pq
 
             # parquet needs random access; ParquetFile reads without the dataset layer (cheaper to
-            # import for small traces)
+            # import for small traces). A plain file is memory-mapped (no copy of its bytes); a
+            # gzipped one is inflated into memory first.
+            if isinstance(stream, io.BufferedReader) and stream.tell() == 0:
+                return pq.ParquetFile(pa.memory_map(stream.name)).read()
             return pq.ParquetFile(pa.BufferReader(stream.read())).read()
         if kind == "jsonl":
             import pyarrow.json as pj
@@ -179,7 +182,7 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
                 col = col.dictionary_encode()
             if col.null_count:
                 raise TraceError("optype is empty in some rows", file=source)
-            cols[c] = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            cols[c] = col.indices.to_numpy(zero_copy_only=False)  # int8 codes as stored
             categories = [str(x) for x in col.dictionary.to_pylist()]
             continue
         if pa.types.is_dictionary(col.type):
@@ -213,13 +216,15 @@ def read_columns(
                 )
             table = table_from_stream(stream, kind or found, str(path))
         cols, local = columns_from_table(table, str(path))
-        remap = np.empty(len(local), dtype=np.int64)
+        del table
+        remap = np.empty(len(local), dtype=np.int16)
         for i, name in enumerate(local):
             if name not in cat_index:
                 cat_index[name] = len(cats)
                 cats.append(name)
             remap[i] = cat_index[name]
-        cols["optype"] = remap[cols["optype"]] if len(local) else cols["optype"]
+        if len(local) and not np.array_equal(remap, np.arange(len(local))):
+            cols["optype"] = remap[cols["optype"]]  # this file's names into the shared list
         all_cols.append(cols)
     if len(all_cols) == 1:
         return all_cols[0], cats
@@ -351,6 +356,12 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     meta = build_meta(cols, base, options, "artifact", meta_path)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     trace = normalize(cols, meta, source=source, optype_categories=cats)
+    del cols
+    import pyarrow as pa
+
+    # pyarrow's allocator keeps freed buffers (the decoded table, ~30 bytes per op) for reuse;
+    # nothing else reads with it, so hand them back now that the op table holds its own copy
+    pa.default_memory_pool().release_unused()
     if meta_path is None and not options.overrides():
         trace.notes.append(f"no meta yaml: took dp={meta.dp}, pp={meta.pp} from the data")
     return trace

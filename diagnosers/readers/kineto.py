@@ -30,18 +30,21 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from diagnosers.kernel_graph import ExplicitGraph
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, read_failure
+from diagnosers.readers import ReadOptions, kineto_kernels, read_failure
 from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -111,11 +114,11 @@ class RankFile:
     pg_config: list[dict[str, Any]]
     # complete ('X') events as parallel arrays
     name: npt.NDArray[np.object_]
-    cat: npt.NDArray[np.object_]
+    cat: npt.NDArray[np.str_]
     tid: npt.NDArray[np.object_]
     ts: npt.NDArray[np.float64]  # seconds since ``origin``
     dur: npt.NDArray[np.float64]  # seconds
-    args: list[dict[str, Any]]
+    args: LazyArgs
     origin: float = 0.0  # absolute (Unix epoch) seconds of ts == 0
     name_codes: tuple[npt.NDArray[np.str_], npt.NDArray[np.intp]] | None = None  # np.unique cache
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end) as ts
@@ -126,19 +129,115 @@ def _rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class LazyArgs:
+    """Per-event ``args`` dicts decoded on first access (most events' args are never read: the
+    readers look at runtime calls, kernels and a few annotations only)."""
+
+    def __init__(self, raw: list[msgspec.Raw]) -> None:
+        self._raw = raw
+        self._done: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, index: SupportsIndex) -> dict[str, Any]:
+        i = operator.index(index)
+        got = self._done.get(i)
+        if got is None:
+            val = _JSON_DECODER.decode(self._raw[i])
+            got = val if isinstance(val, dict) else {}
+            self._done[i] = got
+        return got
+
+
+class _KeyArgs(msgspec.Struct, gc=False):
+    """The two ``args`` keys every event's join needs, decoded for all events in one call."""
+
+    correlation: Any = None
+    external: Any = msgspec.field(default=None, name="External id")
+
+
+_KEY_DECODER = msgspec.json.Decoder(list[_KeyArgs | None])
+
+
+def key_columns(args: LazyArgs) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per event: ``args.correlation`` and ``args["External id"]`` (NaN where absent), from one
+    batched decode of every event's raw ``args`` (no dict per event)."""
+    raw = args._raw
+    if not raw:
+        return np.zeros(0), np.zeros(0)
+    try:
+        got = _KEY_DECODER.decode(b"[" + b",".join(raw) + b"]")
+    except msgspec.ValidationError:  # an args that is not an object: fall back per event
+        got = [_KeyArgs(a.get("correlation"), a.get("External id"))
+               for a in (args[i] for i in range(len(raw)))]
+    nan = float("nan")
+    corr = np.array([a.correlation if a is not None and type(a.correlation) in (int, float) else nan
+                     for a in got], dtype=np.float64)
+    ext = np.array([a.external if a is not None and type(a.external) in (int, float) else nan
+                    for a in got], dtype=np.float64)
+    return corr, ext
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a trace event the reader uses; others are skipped by the decoder."""
+
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    ts: Any = None
+    dur: Any = 0.0
+    tid: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_Event] | None = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_JSON_DECODER = msgspec.json.Decoder()
+_DOC_DECODER = msgspec.json.Decoder(_Doc)
+_LIST_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    except (OSError, EOFError) as exc:
+        raise TraceError(read_failure(exc), file=str(path)) from exc
+
+
+def _decode_events(path: Path) -> tuple[list[_Event], dict[str, Any]]:
+    """The trace's events (typed, ``args`` left undecoded) and its top-level keys.
+
+    msgspec decodes straight into small structs instead of one dict per event: about twice as
+    fast as ``json.loads`` and a fraction of its memory (see docs/PERFORMANCE.md)."""
+    data = _read_bytes(path)
+    head = data[:256].lstrip(b"\xef\xbb\xbf \t\r\n")
+    try:
+        if head[:1] == b"[":
+            return _LIST_DECODER.decode(data), {}
+        doc = _DOC_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceError(f"not a PyTorch profiler (Kineto) trace: {exc}", file=str(path)) from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError(f"not valid JSON: {exc}", file=str(path)) from exc
+    if doc.traceEvents is None:
+        raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
+    top = {"distributedInfo": doc.distributedInfo, "baseTimeNanoseconds": doc.baseTimeNanoseconds}
+    return doc.traceEvents, top
+
+
 def parse_file(path: Path, fallback_rank: int) -> RankFile:
     """Read one per-rank trace: rank info, complete events in seconds, and step windows."""
-    doc = load_json(path)
-    if isinstance(doc, list):
-        events: Any = doc
-        doc = {}
-    elif isinstance(doc, dict):
-        events = doc.get("traceEvents")
-    else:
-        events = None
-    if not isinstance(events, list):
-        raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
+    events, doc = _decode_events(path)
     dinfo = doc.get("distributedInfo") or {}
+    if not isinstance(dinfo, dict):
+        dinfo = {}
     rank = dinfo.get("rank")
     if not isinstance(rank, int):
         named = _rank_from_name(path)
@@ -147,19 +246,27 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     world = int(world) if isinstance(world, int) and world > 0 else None
     pg_config = [g for g in dinfo.get("pg_config") or [] if isinstance(g, dict)]
 
-    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    xs = [e for e in events if e.ph == "X" and e.ts is not None]
     n = len(xs)
     # one comprehension per field: several times faster than filling arrays event by event
-    name = np.empty(n, dtype=object)
-    name[:] = [str(e.get("name", "")) for e in xs]
-    cat = np.empty(n, dtype=object)
-    cat[:] = [_CAT_ALIASES.get(c, c) for c in (str(e.get("cat", "")) for e in xs)]
+    # names and categories dictionary-encoded: traces repeat a few thousand names, so one string
+    # object per distinct name and integer codes make masks and np.unique cheap
+    name_code: dict[Any, int] = {}
+    codes = np.fromiter((name_code.setdefault(e.name, len(name_code)) for e in xs), dtype=np.int64,
+                        count=n)
+    uniq_names = np.empty(len(name_code), dtype=object)
+    uniq_names[:] = [k if type(k) is str else str(k) for k in name_code]
+    name = uniq_names[codes]
+    cat_code: dict[Any, int] = {}
+    ccodes = np.fromiter((cat_code.setdefault(e.cat, len(cat_code)) for e in xs), dtype=np.int64, count=n)
+    uniq_cats = np.array([_CAT_ALIASES.get(c, c) for c in (str(k) for k in cat_code)] or [""], dtype=str)
+    cat = uniq_cats[ccodes] if n else np.zeros(0, dtype=str)
     tid = np.empty(n, dtype=object)
-    tid[:] = [e.get("tid") for e in xs]
-    args: list[dict[str, Any]] = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
+    tid[:] = [e.tid for e in xs]
+    args = LazyArgs([e.args for e in xs])
     try:
-        ts = np.array([e["ts"] for e in xs], dtype=np.float64)
-        dur = np.array([e.get("dur", 0.0) for e in xs], dtype=np.float64)
+        ts = np.array([e.ts for e in xs], dtype=np.float64)
+        dur = np.array([0.0 if e.dur is None else e.dur for e in xs], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TraceError(f"event with a non-numeric ts/dur: {exc}", file=str(path), rank=rank) from exc
     base_ns = doc.get("baseTimeNanoseconds")
@@ -171,7 +278,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
     if isinstance(base_ns, int | float) and n and float(np.nanmax(ts)) < 1e14:
         origin = float(base_ns) / 1e9 + first / 1e6
     rf = RankFile(path, int(rank), world, pg_config, name, cat, tid, (ts - first) / 1e6, dur / 1e6, args,
-                  origin=origin)
+                  origin=origin, name_codes=(uniq_names.astype(str), codes))
     seen: dict[int, tuple[float, float]] = {}
     for j in np.flatnonzero((cat == "user_annotation") | (cat == "cpu_op")):
         m = STEP_RE.fullmatch(str(name[j]).strip())
@@ -572,6 +679,15 @@ def _infer_pipeline(files: Sequence[RankFile], options: ReadOptions, layout: Lay
 
 def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any], JobMeta, list[str]]:
     """Parse the files into raw op columns (names not yet mapped), job meta and notes."""
+    columns, meta, notes, _graph = collect_job(paths, options)
+    return columns, meta, notes
+
+
+def collect_job(
+    paths: Sequence[Path], options: ReadOptions
+) -> tuple[dict[str, Any], JobMeta, list[str], ExplicitGraph | None]:
+    """:func:`collect` plus the explicit dependency graph of the kernel-level model (None for the
+    named-span and phase models)."""
     if not paths:
         raise TraceError("no Kineto trace files given")
     files = [parse_file(p, i) for i, p in enumerate(paths)]
@@ -626,6 +742,8 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                     rank=f.rank,
                 )
             per_rank.append((f, named_ops(f, cat)))
+        notes.append("job model: named spans (record_function spans with Megatron/NDTimeline names "
+                     "found): the Megatron dependency model")
         notes.append(
             f"ops from record_function spans with Megatron/NDTimeline names ({cat}); "
             "gloo/NCCL events inside them are not counted separately"
@@ -658,6 +776,13 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
                 "be linked (stage boundaries are not recoverable from kernels); a plain data-parallel "
                 "trace needs pp = 1; " + _describe_names(kept)
             )
+        kernel = None if options.extra.get("kineto_model") == "phases" else _kernel_level(
+            kept, layout, options, notes)
+        if kernel is not None:
+            return kernel
+        notes.append("job model: phases (forward / backward / optimizer per step; "
+                     + ("asked for" if options.extra.get("kineto_model") == "phases"
+                        else "the kernel-level model could not be used") + ")")
         note_set: set[str] = set()
         per_rank = [(f, plain_ops(f, note_set)) for f in kept]
         notes.extend(sorted(note_set))
@@ -709,7 +834,51 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[dict[str, Any]
         source_format="kineto",
         **meta_kw,
     )
-    return columns, meta, notes
+    return columns, meta, notes, None
+
+
+def _kernel_level(
+    kept: Sequence[RankFile], layout: Layout, options: ReadOptions, notes: list[str]
+) -> tuple[dict[str, Any], JobMeta, list[str], ExplicitGraph] | None:
+    """The kernel-level model (:mod:`diagnosers.readers.kineto_kernels`) of a trace without named
+    spans, or None (with a note) when the ranks do not share one kernel structure, so the phase
+    model is used instead."""
+    rank_steps = []
+    for f in kept:
+        rs = kineto_kernels.gpu_rank_steps(f)
+        rank_steps.append(rs if rs is not None else kineto_kernels.cpu_rank_steps(f))
+    step_ids = {f.rank: _step_ids(f) for f in kept}
+    common = set.intersection(*(set(v) for v in step_ids.values()))
+    if not common:
+        raise TraceError(
+            "the rank files share no profiled step (ProfilerStep#N): "
+            + "; ".join(f"rank {r}: {v}" for r, v in sorted(step_ids.items()))
+        )
+    coords = {f.rank: layout.coords[f.rank] for f in kept}
+    try:
+        cols, graph, knotes = kineto_kernels.build(
+            rank_steps, step_ids, {r: c for r, c in coords.items() if c is not None},
+            {f.rank: f.origin for f in kept}, common)
+    except TraceError as exc:
+        notes.append(f"kernel-level model not used ({exc}); falling back to forward / backward / "
+                     "optimizer phases")
+        return None
+    all_steps = set().union(*(set(v) for v in step_ids.values()))
+    if all_steps - common:
+        notes.append(f"dropped steps not profiled on every rank: {sorted(all_steps - common)}")
+    notes.append(
+        f"job model: {graph.model} ({graph.why}): per rank, GPU kernels (or CPU ops) in launch "
+        "order grouped into compute segments between collectives, collectives matched across ranks, "
+        "dependencies from stream order, stream waits and synchronisations"
+    )
+    notes.extend(knotes)
+    columns: dict[str, Any] = columns_from_lists(cols)
+    columns["seq_id"] = np.asarray(cols["seq_id"], dtype=np.int64)
+    meta_kw: dict[str, Any] = {
+        k: v for k, v in options.overrides().items() if k not in ("dp", "pp", "tp", "cp")
+    }
+    meta = JobMeta(dp=layout.dp, pp=1, tp=layout.tp, cp=layout.cp, source_format="kineto", **meta_kw)
+    return columns, meta, notes, graph
 
 
 def _ranges(values: Sequence[int]) -> str:
@@ -734,8 +903,9 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     from diagnosers.readers.normalize import normalize
 
     options = options_with_meta(options)
-    columns, meta, notes = collect(paths, options)
+    columns, meta, notes, graph = collect_job(paths, options)
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent} ({len(paths)} Kineto files)"
     trace = normalize(columns, meta, source=source, strict_names=True)
     trace.notes = notes + trace.notes
+    trace.graph = graph
     return trace

@@ -60,12 +60,22 @@ def _first_non_number(arr: npt.NDArray[Any]) -> int:
     return 0
 
 
-def _int_column(name: str, values: Any, n: int, source: str, where: Where) -> npt.NDArray[np.int64]:
+def _int_column(
+    name: str, values: Any, n: int, source: str, where: Where, dtype: Any = np.int64
+) -> npt.NDArray[Any]:
+    """``values`` as integers of ``dtype`` (the op table's type of the column), converted once:
+    an integer column of that type is returned as it is, a narrower one widened straight to it."""
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
     if arr.dtype.kind in "iub":
-        return arr.astype(np.int64)
+        if arr.dtype.itemsize > np.dtype(dtype).itemsize and n:
+            info = np.iinfo(dtype)
+            bad = (arr < info.min) | (arr > info.max)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise TraceError(f"column {name!r} holds {int(arr[i])}, out of range", **where(i))
+        return arr.astype(dtype, copy=False)
     try:
         f = arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
@@ -75,7 +85,7 @@ def _int_column(name: str, values: Any, n: int, source: str, where: Where) -> np
     if bad.any():
         i = int(np.argmax(bad))
         raise TraceError(f"column {name!r} holds {f[i]:g}, not an integer", **where(i))
-    return f.astype(np.int64)
+    return f.astype(dtype)
 
 
 def _float_column(name: str, values: Any, n: int, source: str, where: Where) -> npt.NDArray[np.float64]:
@@ -83,7 +93,7 @@ def _float_column(name: str, values: Any, n: int, source: str, where: Where) -> 
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
     try:
-        return arr.astype(np.float64)
+        return arr.astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
         i = _first_non_number(arr)
         raise TraceError(f"column {name!r} holds {arr[i]!r}, not a number", **where(i)) from exc
@@ -112,20 +122,23 @@ def _group_rank(
     return out
 
 
-def dense_ids(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def dense_ids(
+    values: npt.NDArray[Any], dtype: Any = np.int64
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """``np.unique(values, return_inverse=True)`` for integer columns with few distinct values
-    (steps, ranks): a presence table over the value range instead of a sort of every row."""
-    v = np.asarray(values).astype(np.int64, copy=False)
+    (steps, ranks): a presence table over the value range instead of a sort of every row. The
+    inverse comes in ``dtype`` (int32 for a row map that needs no more)."""
+    v = np.asarray(values)
     if len(v) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=dtype)
     lo, hi = int(v.min()), int(v.max())
     if hi - lo > 4 * len(v) + 1_000_000:
         uniq, inv = np.unique(v, return_inverse=True)
-        return uniq.astype(np.int64), inv.reshape(-1).astype(np.int64)
+        return uniq.astype(np.int64), inv.reshape(-1).astype(dtype)
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[v - lo] = True
     uniq = np.flatnonzero(present)
-    lookup = np.cumsum(present, dtype=np.int64) - 1
+    lookup = np.cumsum(present, dtype=dtype) - 1
     return uniq + lo, lookup[v - lo]
 
 
@@ -180,7 +193,13 @@ def normalize(
     ``optype_categories`` is given it holds integer indices into that list instead (a dictionary
     encoded column, which avoids a string sort for multi-million-row inputs). ``source`` names the
     file(s) in error messages. With ``strict_names=False`` unknown names are dropped with a note
-    instead of raising. Output rows are sorted by (step, dp rank, stage, op type, seq_id).
+    instead of raising.
+
+    Row order: rows that come sorted by step with each (step, worker) block contiguous (the
+    (step, rank) order every known writer uses, whatever the order inside a block) keep their
+    order; anything else is sorted by (step, dp rank, stage, op type, seq_id). Nothing downstream
+    depends on the order inside a block. Columns are converted once, straight to the op table's
+    types.
     """
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
@@ -188,23 +207,7 @@ def normalize(
     notes: list[str] = []
     raw_opt = np.asarray(columns["optype"])
     n = len(raw_opt)
-
-    # --- op names -> categories -> modelled codes
-    if optype_categories is not None:
-        cats = [str(c) for c in optype_categories]
-        inv = raw_opt.astype(np.int64)
-        if n and (inv.min() < 0 or inv.max() >= len(cats)):
-            raise TraceError("optype index outside its category list", file=source)
-    elif raw_opt.dtype.kind in "iu":
-        # already codes into OPTYPES
-        if n and (raw_opt.min() < 0 or raw_opt.max() >= len(OPTYPES)):
-            raise TraceError("optype code outside the modelled op types", file=source)
-        cats = list(OPTYPES)
-        inv = raw_opt.astype(np.int64)
-    else:
-        uniq, inv = np.unique(raw_opt.astype(str), return_inverse=True)
-        cats = [str(u) for u in uniq]
-        inv = inv.reshape(-1).astype(np.int64)
+    cats, inv = _categories(raw_opt, optype_categories, source)
 
     def raw_where(i: int) -> dict[str, Any]:
         """file, rank, step, op of raw row ``i`` for a column error (rank/step when readable)."""
@@ -214,17 +217,116 @@ def normalize(
                 out[key] = int(float(np.asarray(columns[key])[i]))
         return out
 
-    dp_rank = _int_column("dp_rank", columns["dp_rank"], n, source, raw_where)
-    stage = _int_column("stage", columns["stage"], n, source, raw_where)
-    rank = _int_column("rank", columns["rank"], n, source, raw_where)
-    step = _int_column("step", columns["step"], n, source, raw_where)
+    def int_col(name: str) -> npt.NDArray[Any]:
+        return _int_column(name, columns[name], n, source, raw_where, COLUMNS[name])
+
+    dp_rank, stage, rank, step = int_col("dp_rank"), int_col("stage"), int_col("rank"), int_col("step")
     start_ts = _float_column("start_ts", columns["start_ts"], n, source, raw_where)
     duration = _float_column("duration", columns["duration"], n, source, raw_where)
 
-    first_code = np.full(len(cats), -1, dtype=np.int64)
-    second_code = np.full(len(cats), -1, dtype=np.int64)
-    used = np.bincount(inv, minlength=len(cats)) if n else np.zeros(len(cats), dtype=np.int64)
-    split = aliased = False
+    first_code, second_code, aliased = _code_tables(cats, inv, rank, step, source, strict_names, notes)
+    split = bool((second_code >= 0).any())
+    codes = first_code[inv]
+    # rows: which raw row each output row comes from; None while that is the identity (nothing
+    # dropped, nothing split), so no column is gathered for nothing
+    rows: npt.NDArray[np.int64] | None = None
+    if split or bool((codes < 0).any()):
+        keep_idx = np.flatnonzero(codes >= 0)
+        dup_idx = np.flatnonzero(second_code[inv] >= 0)
+        rows = np.concatenate([keep_idx, dup_idx])
+        codes = np.concatenate([codes[keep_idx], second_code[inv][dup_idx]])
+        dp_rank, stage, rank, step = dp_rank[rows], stage[rows], rank[rows], step[rows]
+        start_ts, duration = start_ts[rows], duration[rows]
+    reordered = split or aliased
+    m = len(codes)
+    if m == 0:
+        raise TraceError("the trace holds no modelled ops", file=source)
+    names = np.asarray(OPTYPES)
+
+    def where(i: int) -> dict[str, Any]:
+        return {"file": source, "rank": int(rank[i]), "step": int(step[i]), "op": str(names[codes[i]])}
+
+    def optional(name: str) -> npt.NDArray[Any]:
+        arr = int_col(name)
+        return arr if rows is None else arr[rows]
+
+    _check_values(start_ts, duration, dp_rank, stage, rank, meta, where)
+    rmin = _check_workers(dp_rank, stage, rank, meta, source)
+    if meta.pp == 1:
+        p2p = np.isin(codes, _P2P_CODES)
+        if p2p.any():
+            i = int(np.argmax(p2p))
+            raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
+    step_ids, step_idx = dense_ids(step, np.int32)  # int32 row maps: half the memory of int64
+    counts, cell = _check_step_multisets(stage, step_idx, dp_rank, codes, step_ids, rmin, meta, source)
+
+    # --- optional columns
+    given = {c: c in columns for c in OPTIONAL_COLUMNS}
+    if given["seq_id"] and not reordered:
+        seq_id = optional("seq_id")
+    else:
+        seq_id = _group_rank([dp_rank, stage, step_idx, codes], [start_ts]).astype(np.int32)
+        if given["seq_id"]:
+            notes.append("re-derived seq_id after splitting or renaming ops")
+    is_compute = (codes == _FWD) | (codes == _BWD)
+    mb_id = optional("mb_id") if given["mb_id"] else np.full(m, -1, dtype=np.int32)
+    mc = optional("mc") if given["mc"] else np.full(m, -1, dtype=np.int32)
+    if not (given["mb_id"] and given["mc"]) and is_compute.any():
+        _derive_chunks(seq_id, codes, is_compute, mb_id, mc, given, meta, notes)
+    gmc = (
+        optional("gmc")
+        if given["gmc"]
+        else np.where(is_compute, mc * meta.pp + stage, -1).astype(np.int32, copy=False)
+    )
+
+    cols = {
+        "dp_rank": dp_rank, "stage": stage, "rank": rank, "step": step, "optype": codes,
+        "start_ts": start_ts, "duration": duration, "seq_id": seq_id, "mc": mc, "gmc": gmc, "mb_id": mb_id,
+    }  # fmt: skip
+    if not (_in_step_blocks(step_idx, cell, counts) and _seq_ids_unique(seq_id, cell, counts)):
+        order = _canonical_order(step_idx, dp_rank, stage, codes, seq_id, meta, where)
+        cols = {c: a[order] for c, a in cols.items()}
+    assert set(COLUMNS) == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    return Trace(ops=OpTable(**cols), meta=meta, notes=notes, sources=[source])
+
+
+def _categories(
+    raw_opt: npt.NDArray[Any], optype_categories: Sequence[str] | None, source: str
+) -> tuple[list[str], npt.NDArray[Any]]:
+    """The distinct recorded op names and each row's index into them (kept in its integer type)."""
+    n = len(raw_opt)
+    if optype_categories is not None:
+        cats = [str(c) for c in optype_categories]
+        if raw_opt.dtype.kind not in "iu":
+            raw_opt = raw_opt.astype(np.int64)
+        if n and (raw_opt.min() < 0 or raw_opt.max() >= len(cats)):
+            raise TraceError("optype index outside its category list", file=source)
+        return cats, raw_opt
+    if raw_opt.dtype.kind in "iu":
+        # already codes into OPTYPES
+        if n and (raw_opt.min() < 0 or raw_opt.max() >= len(OPTYPES)):
+            raise TraceError("optype code outside the modelled op types", file=source)
+        return list(OPTYPES), raw_opt
+    uniq, inv = np.unique(raw_opt.astype(str), return_inverse=True)
+    return [str(u) for u in uniq], inv.reshape(-1)
+
+
+def _code_tables(
+    cats: list[str],
+    inv: npt.NDArray[Any],
+    rank: npt.NDArray[np.int64],
+    step: npt.NDArray[np.int64],
+    source: str,
+    strict_names: bool,
+    notes: list[str],
+) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.int16], bool]:
+    """Per recorded name: its modelled op code and, for a batched P2P name, the second code
+    (-1 where none: the name is dropped), and whether some name was an alias. Notes say what was
+    split, renamed, folded or dropped."""
+    aliased = False
+    first_code = np.full(len(cats), -1, dtype=np.int16)
+    second_code = np.full(len(cats), -1, dtype=np.int16)
+    used = np.bincount(inv, minlength=len(cats)) if len(inv) else np.zeros(len(cats), dtype=np.int64)
     for ci, name in enumerate(cats):
         if used[ci] == 0:
             continue  # e.g. a parquet category list naming an unused value
@@ -235,7 +337,6 @@ def normalize(
         elif kind is NameClass.BATCHED:
             a, b = BATCHED_P2P[name]
             first_code[ci], second_code[ci] = OPTYPE_CODE[a], OPTYPE_CODE[b]
-            split = True
             notes.append(f"split {count} batched {name!r} ops into {a!r} + {b!r} with the same timing")
         elif kind is NameClass.ALIAS:
             first_code[ci] = OPTYPE_CODE[ALIASES[name]]
@@ -256,26 +357,19 @@ def normalize(
                     op=name,
                 )
             notes.append(f"dropped {count} ops of unknown type {name!r}")
+    return first_code, second_code, aliased
 
-    primary = first_code[inv]
-    secondary = second_code[inv]
-    keep_idx = np.flatnonzero(primary >= 0)
-    dup_idx = np.flatnonzero(secondary >= 0)
-    rows = np.concatenate([keep_idx, dup_idx])
-    codes = np.concatenate([primary[keep_idx], secondary[dup_idx]]).astype(np.int16)
-    reordered = split or aliased
-    if len(rows) != n or split:
-        dp_rank, stage, rank, step = dp_rank[rows], stage[rows], rank[rows], step[rows]
-        start_ts, duration = start_ts[rows], duration[rows]
-    m = len(rows)
-    if m == 0:
-        raise TraceError("the trace holds no modelled ops", file=source)
-    names = np.asarray(OPTYPES)
 
-    def where(i: int) -> dict[str, Any]:
-        return {"file": source, "rank": int(rank[i]), "step": int(step[i]), "op": str(names[codes[i]])}
-
-    # --- values
+def _check_values(
+    start_ts: npt.NDArray[np.float64],
+    duration: npt.NDArray[np.float64],
+    dp_rank: npt.NDArray[np.int32],
+    stage: npt.NDArray[np.int32],
+    rank: npt.NDArray[np.int64],
+    meta: JobMeta,
+    where: Where,
+) -> None:
+    """Finite times, non-negative durations and ranks, ranks inside the job's dp and pp sizes."""
     for col, arr in (("start_ts", start_ts), ("duration", duration)):
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -301,8 +395,16 @@ def normalize(
             **where(i),
         )
 
-    # --- one traced rank per worker (dp, pp)
-    worker = dp_rank * meta.pp + stage
+
+def _check_workers(
+    dp_rank: npt.NDArray[np.int32],
+    stage: npt.NDArray[np.int32],
+    rank: npt.NDArray[np.int64],
+    meta: JobMeta,
+    source: str,
+) -> npt.NDArray[np.int64]:
+    """Every worker (dp, pp) holds ops, all of one traced rank; returns each worker's rank."""
+    worker = dp_rank * meta.pp + stage  # int32: dp * pp workers fit
     n_workers = meta.dp * meta.pp
     rmin = np.full(n_workers, np.iinfo(np.int64).max)
     rmax = np.full(n_workers, -1, dtype=np.int64)
@@ -325,19 +427,28 @@ def normalize(
             file=source,
             rank=int(rmin[w]),
         )
+    return rmin
 
-    # --- P2P needs a neighbour stage
-    if meta.pp == 1:
-        p2p = np.isin(codes, _P2P_CODES)
-        if p2p.any():
-            i = int(np.argmax(p2p))
-            raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
 
-    # --- step multiset identical across the DP ranks of each stage
-    step_ids, step_idx = dense_ids(step)
+def _check_step_multisets(
+    stage: npt.NDArray[np.int32],
+    step_idx: npt.NDArray[np.integer[Any]],
+    dp_rank: npt.NDArray[np.int32],
+    codes: npt.NDArray[np.int16],
+    step_ids: npt.NDArray[np.int64],
+    rmin: npt.NDArray[np.int64],
+    meta: JobMeta,
+    source: str,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
+    """Each step's op multiset is the same on every DP rank of a stage.
+
+    Returns the op counts per (stage, step, dp rank, op type) cell, shape (pp, steps, dp, types),
+    and each row's flat cell index into them."""
     n_types = len(OPTYPES)
-    flat = ((stage * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
-    counts = np.bincount(flat, minlength=meta.pp * len(step_ids) * meta.dp * n_types).reshape(
+    n_cells = meta.pp * len(step_ids) * meta.dp * n_types
+    base = stage if n_cells < 2**31 else stage.astype(np.int64)  # int32 while the cells fit
+    cell = ((base * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
+    counts = np.bincount(cell, minlength=n_cells).reshape(
         meta.pp, len(step_ids), meta.dp, n_types
     )
     diff = counts != counts[:, :, :1, :]
@@ -353,73 +464,91 @@ def normalize(
             step=int(step_ids[t]),
             op=OPTYPES[o],
         )
+    return counts, cell
 
-    # --- optional columns
-    given = {c: c in columns for c in OPTIONAL_COLUMNS}
-    if given["seq_id"] and not reordered:
-        seq_id = _int_column("seq_id", columns["seq_id"], n, source, raw_where)[rows]
-    else:
-        seq_id = _group_rank([dp_rank, stage, step_idx, codes], [start_ts])
-        if given["seq_id"]:
-            notes.append("re-derived seq_id after splitting or renaming ops")
-    is_compute = (codes == _FWD) | (codes == _BWD)
-    if given["mb_id"]:
-        mb_id = _int_column("mb_id", columns["mb_id"], n, source, raw_where)[rows]
-    else:
-        mb_id = np.full(m, -1, dtype=np.int64)
-    mc = (
-        _int_column("mc", columns["mc"], n, source, raw_where)[rows]
-        if given["mc"]
-        else np.full(m, -1, dtype=np.int64)
-    )
-    if not (given["mb_id"] and given["mc"]) and is_compute.any():
-        k = seq_id[is_compute]
-        fwd = codes[is_compute] == _FWD
-        if meta.vpp == 1:
-            d_chunk = np.zeros(len(k), dtype=np.int64)
-            d_mb = k
-        else:
-            # Megatron's interleaved 1F1B: groups of pp microbatches cycle through the chunks;
-            # backward visits the chunks in reverse.
-            group = meta.pp * meta.vpp
-            d_chunk = (k % group) // meta.pp
-            d_chunk = np.where(fwd, d_chunk, meta.vpp - 1 - d_chunk)
-            d_mb = (k // group) * meta.pp + k % meta.pp
-            notes.append("derived model chunks and microbatch ids from the interleaved 1F1B schedule")
-        if not given["mb_id"]:
-            mb_id[is_compute] = d_mb
-        if not given["mc"]:
-            mc[is_compute] = d_chunk
-    if given["gmc"]:
-        gmc = _int_column("gmc", columns["gmc"], n, source, raw_where)[rows]
-    else:
-        gmc = np.where(is_compute, mc * meta.pp + stage, -1)
 
-    # --- canonical order: step, dp rank, stage, op type, seq_id
+def _derive_chunks(
+    seq_id: npt.NDArray[np.int32],
+    codes: npt.NDArray[np.int16],
+    is_compute: npt.NDArray[np.bool_],
+    mb_id: npt.NDArray[np.int32],
+    mc: npt.NDArray[np.int32],
+    given: dict[str, bool],
+    meta: JobMeta,
+    notes: list[str],
+) -> None:
+    """Fill the missing ``mb_id`` / ``mc`` of compute ops (in place) from their seq_id: the
+    position is the microbatch when vpp = 1, Megatron's interleaved 1F1B rule otherwise."""
+    k = seq_id[is_compute]
+    fwd = codes[is_compute] == _FWD
+    if meta.vpp == 1:
+        d_chunk = np.zeros(len(k), dtype=np.int32)
+        d_mb = k
+    else:
+        # Megatron's interleaved 1F1B: groups of pp microbatches cycle through the chunks;
+        # backward visits the chunks in reverse.
+        group = meta.pp * meta.vpp
+        d_chunk = (k % group) // meta.pp
+        d_chunk = np.where(fwd, d_chunk, meta.vpp - 1 - d_chunk)
+        d_mb = (k // group) * meta.pp + k % meta.pp
+        notes.append("derived model chunks and microbatch ids from the interleaved 1F1B schedule")
+    if not given["mb_id"]:
+        mb_id[is_compute] = d_mb
+    if not given["mc"]:
+        mc[is_compute] = d_chunk
+
+
+def _in_step_blocks(
+    step_idx: npt.NDArray[np.integer[Any]], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
+) -> bool:
+    """Rows sorted by step, each (step, worker) block contiguous: every block starts once."""
+    m = len(step_idx)
+    if m <= 1:
+        return True
+    if not bool(np.all(step_idx[1:] >= step_idx[:-1])):
+        return False
+    block = cell // len(OPTYPES)  # (stage, step, dp) block of each row
+    starts = int(np.count_nonzero(block[1:] != block[:-1])) + 1
+    return starts == int(np.count_nonzero(counts.sum(axis=3)))
+
+
+def _seq_ids_unique(
+    seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
+) -> bool:
+    """Within each (stage, step, dp rank, op type) cell of c ops the seq_ids are exactly 0..c-1,
+    checked without a sort: each row claims slot ``offset[cell] + seq_id`` of one per-row table.
+    False sends the rows to the sorting path, which names a duplicate."""
+    flat = counts.reshape(-1).astype(np.int32)  # one slot per row: fewer than 2**31
+    size = flat[cell]
+    if bool(((seq_id < 0) | (seq_id >= size)).any()):
+        return False
+    offset = np.cumsum(flat, dtype=np.int32) - flat
+    seen = np.zeros(len(seq_id), dtype=bool)
+    seen[offset[cell] + seq_id] = True
+    return bool(seen.all())
+
+
+def _canonical_order(
+    step_idx: npt.NDArray[np.integer[Any]],
+    dp_rank: npt.NDArray[np.int32],
+    stage: npt.NDArray[np.int32],
+    codes: npt.NDArray[np.int16],
+    seq_id: npt.NDArray[np.int32],
+    meta: JobMeta,
+    where: Where,
+) -> npt.NDArray[np.int64]:
+    """The permutation sorting rows by (step, dp rank, stage, op type, seq_id); a repeated key
+    is a duplicate seq_id, reported at its second row."""
+    m = len(codes)
     max_seq = int(seq_id.max()) + 1 if m else 1
-    key = (((step_idx * meta.dp + dp_rank) * meta.pp + stage) * n_types + codes) * max_seq + seq_id
+    key = (((step_idx.astype(np.int64) * meta.dp + dp_rank) * meta.pp + stage) * len(OPTYPES) + codes)
+    key = key * max_seq + seq_id
     if m > 1 and bool(np.all(key[1:] > key[:-1])):
-        order = np.arange(m)  # already in canonical order (e.g. written by this project)
-    else:
-        order = np.argsort(key, kind="stable")
-        sk = key[order]
-        dup = sk[1:] == sk[:-1]
-        if dup.any():
-            j = int(order[int(np.argmax(dup)) + 1])
-            raise TraceError(f"duplicate seq_id {int(seq_id[j])}", **where(j))
-
-    ops = OpTable(
-        dp_rank=dp_rank[order].astype(np.int32),
-        stage=stage[order].astype(np.int32),
-        rank=rank[order],
-        step=step[order],
-        optype=codes[order],
-        start_ts=start_ts[order],
-        duration=duration[order],
-        seq_id=seq_id[order].astype(np.int32),
-        mc=mc[order].astype(np.int32),
-        gmc=gmc[order].astype(np.int32),
-        mb_id=mb_id[order].astype(np.int32),
-    )
-    assert set(COLUMNS) == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    return Trace(ops=ops, meta=meta, notes=notes, sources=[source])
+        return np.arange(m)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    dup = sk[1:] == sk[:-1]
+    if dup.any():
+        j = int(order[int(np.argmax(dup)) + 1])
+        raise TraceError(f"duplicate seq_id {int(seq_id[j])}", **where(j))
+    return order

@@ -156,6 +156,9 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         from server.mcp.analysis import register_analysis_tools
 
         register_analysis_tools(mcp, lens, have)
+        from server.mcp.timeline import register_timeline_tools
+
+        register_timeline_tools(mcp, lens)
     if have["incidents"]:
         from server.mcp.incidents import register_incident_tools
 

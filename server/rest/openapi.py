@@ -129,7 +129,10 @@ def build_openapi(version: str) -> dict[str, Any]:
         "/api/traces/{trace_id}/whatif": {
             "get": {
                 "summary": "The full what-if report",
-                "parameters": [TRACE],
+                "parameters": [
+                    TRACE,
+                    _q("include", "extras computed on demand: `timeline` (critical paths, time breakdown)"),
+                ],
                 "responses": {"200": _json("WhatIfReport", "ok"), **ERRORS},
             }
         },
@@ -145,6 +148,19 @@ def build_openapi(version: str) -> dict[str, Any]:
                 "summary": "DP x PP slowdown heatmap",
                 "parameters": [TRACE, _q("step", "one step's heatmap instead of the job's", "integer")],
                 "responses": {"200": {"description": "PNG", "content": {"image/png": {}}}, **ERRORS},
+            }
+        },
+        "/api/traces/{trace_id}/timeline.json": {
+            "get": {
+                "summary": "Chrome trace-event timeline: actual vs straggler-free run, critical paths marked",
+                "parameters": [
+                    TRACE,
+                    _q("steps", "comma-separated step ids (at most 16); default: worst, typical"),
+                ],
+                "responses": {
+                    "200": {"description": "trace-event JSON", "content": {"application/json": {}}},
+                    **ERRORS,
+                },
             }
         },
     }

@@ -19,6 +19,7 @@ from server.core.runtime import features
 from server.core.service import Lens
 from server.core.staging import UploadBudget
 from server.core.uploads import receive_upload
+from server.rest.timeline import get_timeline
 
 MAX_PAGE = 100
 
@@ -133,6 +134,10 @@ async def result_document(request: Request, kind: str) -> Response:
 
 
 async def get_whatif(request: Request) -> Response:
+    if request.query_params.get("include"):
+        from server.rest.timeline import get_whatif_included
+
+        return await get_whatif_included(request)
     return await result_document(request, "whatif")
 
 
@@ -229,6 +234,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
         Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
         Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),
+        Route("/api/traces/{trace_id}/timeline.json", get_timeline, methods=["GET"]),
         Route("/api/cases", list_cases, methods=["GET"]),
         Route("/api/cases/{case_id}", get_case, methods=["GET"]),
         Route("/api/cases/{case_id}/similar", similar_cases, methods=["GET"]),

@@ -90,7 +90,10 @@ def reference() -> dict[str, dict[str, float]]:
 def test_non_interleaved_report_unchanged(case: str, reference: dict[str, dict[str, float]]) -> None:
     want = reference[case]
     got = values_of(case)
-    assert set(got) == set(want), sorted(set(got) ^ set(want))[:10]
+    # Fields added to the report since the reference was recorded are allowed (the JSON contract
+    # grows, it never loses a field); every recorded number must still be there and unchanged.
+    missing = sorted(set(want) - set(got))
+    assert not missing, missing[:10]
     bad = [
         (k, got[k], want[k]) for k in want if not math.isclose(got[k], want[k], rel_tol=REL, abs_tol=1e-12)
     ]

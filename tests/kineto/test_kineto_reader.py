@@ -19,6 +19,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "kineto_public"
 DLRM = DATA / "param-dlrm-8rank"
 HTA_SAMPLED = DATA / "hta-sampled-128rank"
 # The 750 KB HTA pg_config trace stays in the shared data folder, not in the repository.
+# the forward / backward / optimizer phase model (the kernel-level model is the default)
+PHASES = ReadOptions(extra={"kineto_model": "phases"})
 HTA_PG = Path(__file__).resolve().parents[3] / "shared" / "data" / "kineto" / "hta" / "ddp-pg-config"
 
 
@@ -41,7 +43,7 @@ def _kernel_compute_ms(path: Path) -> float:
 
 
 def test_dlrm_8_ranks_load_as_pure_dp_with_plain_mapping() -> None:
-    trace = load_trace([DLRM])  # the directory also holds a LICENSE: skipped
+    trace = load_trace([DLRM], PHASES)  # the directory also holds a LICENSE: skipped
     assert (trace.meta.dp, trace.meta.pp, trace.meta.world_size) == (8, 1, 8)
     assert trace.steps == [10]
     assert sorted(set(trace.ops.rank.tolist())) == list(range(8))
@@ -66,7 +68,7 @@ def test_dlrm_8_ranks_load_as_pure_dp_with_plain_mapping() -> None:
 def test_dlrm_report_orders_workers_by_measured_compute() -> None:
     from diagnosers.whatif import analyze
 
-    trace = load_trace([DLRM])
+    trace = load_trace([DLRM], PHASES)
     report = analyze(trace)
     workers = sorted(report.attribution.by_worker, key=lambda w: w.dp_rank)
     assert len(workers) == 8
@@ -228,7 +230,7 @@ def test_plain_cpu_dp_trace_maps_phases_and_gloo_collectives(tmp_path: Path) -> 
         ]
         paths.append(write(tmp_path / f"rank{r}.json",
                            doc(ev, rank=r, world=2, base_ns=1_700_000_000_000_000_000)))
-    trace = load_trace(paths)
+    trace = load_trace(paths, PHASES)
     names = trace.ops.optype_names()
     assert any("plain data-parallel CPU trace" in n for n in trace.notes)
 
@@ -262,7 +264,7 @@ def _gpu_rank(rank: int, compute_us: float) -> dict[str, object]:
 
 def test_kernels_only_trace_maps_compute_and_collectives(tmp_path: Path) -> None:
     paths = [write(tmp_path / f"rank{r}.json.gz", _gpu_rank(r, 1000.0 + 500.0 * r)) for r in range(2)]
-    trace = load_trace(paths)
+    trace = load_trace(paths, PHASES)
     assert trace.steps == [3, 4]
     names = trace.ops.optype_names()
     assert any("NCCL kernels only" in n or "no backward" in n for n in trace.notes)
@@ -303,7 +305,7 @@ def test_plain_mode_skips_p2p_and_reads_old_category_names(tmp_path: Path) -> No
         ]
         paths.append(write(tmp_path / f"rank{r}.json", doc(ev, rank=r, world=2,
                                                            base_ns=1_700_000_000_000_000_000)))
-    trace = load_trace(paths)
+    trace = load_trace(paths, PHASES)
     names = trace.ops.optype_names()
     assert (names == "grads-reduce-scatter").sum() == 2  # one all_reduce per rank, no send
     assert np.allclose(trace.ops.duration[names == "forward-compute"], 800e-6)

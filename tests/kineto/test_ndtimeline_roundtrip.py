@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnosers.model import COLUMNS, Trace, TraceError
+from diagnosers.model import COLUMNS, OpTable, Trace, TraceError
 from diagnosers.ndtimeline_writer import write_local_timeline, write_records_jsonl
 from diagnosers.readers import ReadOptions, detect_format, load_trace
 from diagnosers.samples import ARTIFACT_DIR, artifact_trace
@@ -23,16 +23,24 @@ def st() -> tuple[Trace, Path]:
     return load_trace([artifact_trace("ST")]), ARTIFACT_DIR / "meta-ST.yaml"
 
 
+def _canonical(t: Trace) -> OpTable:
+    """The op table sorted by (step, dp rank, stage, op type, seq_id): readers keep a writer's row
+    order inside each (step, worker) block, and two writers may order a block differently."""
+    o = t.ops
+    return o.take(np.lexsort((o.seq_id, o.optype, o.stage, o.dp_rank, o.step)))
+
+
 def _same_ops(a: Trace, b: Trace, shift: float, atol: float) -> None:
+    ta, tb = _canonical(a), _canonical(b)
     for col in COLUMNS:
-        x, y = getattr(a.ops, col), getattr(b.ops, col)
+        x, y = getattr(ta, col), getattr(tb, col)
         if col == "start_ts":
             assert np.allclose(x + shift, y, rtol=0, atol=atol), col
         elif col == "duration":
             assert np.allclose(x, y, rtol=0, atol=atol), col
         elif col in ("mc", "gmc", "mb_id"):
             # chunk / microbatch ids are re-derived (B8); compare them on compute ops
-            comp = np.isin(a.ops.optype_names(), ["forward-compute", "backward-compute"])
+            comp = np.isin(ta.optype_names(), ["forward-compute", "backward-compute"])
             assert np.array_equal(x[comp], y[comp]), col
         else:
             assert np.array_equal(x, y), col

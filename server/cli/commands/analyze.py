@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run exact per-worker slowdowns only for the K workers with the highest estimate",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--include",
+        action="append",
+        choices=["timeline"],
+        default=[],
+        help="also compute, on demand: timeline = per-step critical paths (actual and straggler-free) "
+        "and where each worker's time goes (a `timeline` key in --json)",
+    )
     p.set_defaults(func=handle)
 
 
@@ -41,11 +49,32 @@ def handle(args: argparse.Namespace) -> int:
     from diagnosers.whatif import analyze
 
     trace = load_trace(args.paths, read_options(args))
+    if "timeline" in args.include:
+        return handle_with_timeline(args, trace)
     report = analyze(trace, exact_top_k=args.exact_top_k)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=1))
     else:
         print(summary(report.model_dump(mode="json")))
+    return 0
+
+
+def handle_with_timeline(args: argparse.Namespace, trace: Any) -> int:
+    """The report plus ``timeline`` (``diagnosers.timeline.analyze_timeline`` over every step)."""
+    import json
+
+    from diagnosers.timeline import analyze_timeline
+    from diagnosers.whatif import analyze, build_engine
+    from server.cli.commands.timeline import summary as timeline_summary
+
+    eng = build_engine(trace)
+    doc = analyze(trace, exact_top_k=args.exact_top_k, engine=eng).model_dump(mode="json")
+    doc["timeline"] = analyze_timeline(eng).model_dump(mode="json")
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(summary(doc))
+        print(timeline_summary(doc["timeline"]))
     return 0
 
 
