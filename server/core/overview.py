@@ -83,15 +83,27 @@ def trace_rows(lens: Lens, query: str | None, limit: int = 100) -> tuple[int, li
     return total, [row(lens, r) for r in recs]
 
 
-def job_rows(lens: Lens) -> list[Any] | None:
-    """Watched jobs and their windows, once the core stores them (the service loop); ``None``
-    until then, and the page leaves the section out.
+def job_rows(monitor: Any, limit: int = 50) -> list[dict[str, Any]] | None:
+    """Watched jobs (the service loop's jobs and windows), newest first: ``name``, ``windows``
+    (count), ``slowdown`` (the latest window's S), ``verdict`` (its status, or its fidelity once
+    done) and ``trace_id`` (the latest window's stored trace, for its page). ``None`` when no
+    monitor runs (the page then leaves the section out)."""
+    if monitor is None:
+        return None
+    from server.core.jobs_api import list_jobs
 
-    The seam: a ``Lens.job_overview()`` returning rows with ``name``, ``windows`` (count),
-    ``slowdown`` (latest window's S) and ``verdict`` fills the index's Jobs table; a job page
-    with the window history belongs beside ``/traces/{id}`` in ``server.web.pages``."""
-    jobs = getattr(lens, "job_overview", None)
-    return list(jobs()) if callable(jobs) else None
+    rows: list[dict[str, Any]] = []
+    for j in list_jobs(monitor, limit=limit).jobs:
+        w = j.latest
+        verdict = "no window" if w is None else (w.fidelity if w.status == "done" else w.status)
+        rows.append({
+            "name": j.job,
+            "windows": j.windows,
+            "slowdown": w.slowdown if w is not None else None,
+            "verdict": verdict,
+            "trace_id": w.trace_id if w is not None else None,
+        })
+    return rows
 
 
 def trace_view(lens: Lens, trace_id: str, *, max_steps: int = 64) -> dict[str, Any]:

@@ -68,7 +68,7 @@ async def index(request: Request) -> Response:
     lens = lens_of(request)
     q = (request.query_params.get("q") or "").strip()[:200]
     total, rows = await anyio.to_thread.run_sync(overview.trace_rows, lens, q or None)
-    jobs = await anyio.to_thread.run_sync(overview.job_rows, lens)
+    jobs = await anyio.to_thread.run_sync(overview.job_rows, getattr(request.app.state, "monitor", None))
     return page(
         "index.html",
         request,
