@@ -28,7 +28,7 @@ Everything then goes through :func:`diagnosers.readers.normalize.normalize`.
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
 import re
 from collections import Counter
@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, read_failure
+from diagnosers.readers import ReadOptions, read_failure, validate
 from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -91,7 +91,7 @@ def load_json(path: Path) -> Any:
         with open(path, "rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
         if gz:
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
+            with io.TextIOWrapper(validate.open_gzip(path), encoding="utf-8") as fh:
                 return json.load(fh)
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -138,7 +138,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
         events = None
     if not isinstance(events, list):
         raise TraceError("no 'traceEvents' list: not a PyTorch profiler (Kineto) trace", file=str(path))
-    dinfo = doc.get("distributedInfo") or {}
+    dinfo = validate.distributed_info(doc, str(path))
     rank = dinfo.get("rank")
     if not isinstance(rank, int):
         named = _rank_from_name(path)
@@ -149,6 +149,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
 
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
     n = len(xs)
+    validate.take_ops(n, str(path))
     # one comprehension per field: several times faster than filling arrays event by event
     name = np.empty(n, dtype=object)
     name[:] = [str(e.get("name", "")) for e in xs]

@@ -38,6 +38,7 @@ from diagnosers.model import (
     TraceError,
     classify_name,
 )
+from diagnosers.readers import validate
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("seq_id", "mc", "gmc", "mb_id")
@@ -64,6 +65,7 @@ def _int_column(name: str, values: Any, n: int, source: str, where: Where) -> np
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    validate.check_int_array(name, arr, where)
     if arr.dtype.kind in "iub":
         return arr.astype(np.int64)
     try:
@@ -82,6 +84,8 @@ def _float_column(name: str, values: Any, n: int, source: str, where: Where) -> 
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    if arr.dtype.kind == "b":
+        raise TraceError(f"column {name!r} holds booleans (true/false), not numbers", **where(0))
     try:
         return arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
@@ -281,6 +285,7 @@ def normalize(
         if bad.any():
             i = int(np.argmax(bad))
             raise TraceError(f"{col} is {float(arr[i])}", **where(i))
+    validate.check_times(start_ts, duration, where)
     if (duration < 0).any():
         i = int(np.argmax(duration < 0))
         raise TraceError(f"negative duration {float(duration[i])}", **where(i))
@@ -302,6 +307,7 @@ def normalize(
         )
 
     # --- one traced rank per worker (dp, pp)
+    validate.check_layout(meta.dp, meta.pp, m, source)
     worker = dp_rank * meta.pp + stage
     n_workers = meta.dp * meta.pp
     rmin = np.full(n_workers, np.iinfo(np.int64).max)
@@ -336,6 +342,7 @@ def normalize(
     # --- step multiset identical across the DP ranks of each stage
     step_ids, step_idx = dense_ids(step)
     n_types = len(OPTYPES)
+    validate.check_grid(meta.pp, len(step_ids), meta.dp, m, source)
     flat = ((stage * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
     counts = np.bincount(flat, minlength=meta.pp * len(step_ids) * meta.dp * n_types).reshape(
         meta.pp, len(step_ids), meta.dp, n_types
@@ -397,6 +404,7 @@ def normalize(
 
     # --- canonical order: step, dp rank, stage, op type, seq_id
     max_seq = int(seq_id.max()) + 1 if m else 1
+    validate.check_key_space(len(step_ids) * meta.dp * meta.pp, n_types, max_seq, source)
     key = (((step_idx * meta.dp + dp_rank) * meta.pp + stage) * n_types + codes) * max_seq + seq_id
     if m > 1 and bool(np.all(key[1:] > key[:-1])):
         order = np.arange(m)  # already in canonical order (e.g. written by this project)
