@@ -187,6 +187,9 @@ def _load_trace(paths: Sequence[str | Path], opts: ReadOptions) -> Trace:
     trace.sources = [str(f) for f in data]
     is_compute = np.isin(trace.ops.optype, (OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]))
     trace.notes.extend(interleaved.meta_notes(trace.meta, trace.ops.mc, is_compute))
+    note = validate.causality_note(trace)
+    if note:
+        trace.notes.append(note)
     if foreign:
         fmt = module.__name__.rsplit(".", 1)[-1]
         trace.notes.append(

@@ -336,3 +336,65 @@ def distributed_info(doc: dict[str, Any], source: str) -> dict[str, Any]:
                 f"distributedInfo.pg_config[{i}].pg_desc is {short(desc)}, not a string", file=source
             )
     return out
+
+
+# -- whole-trace checks -----------------------------------------------------------------------------
+
+
+def _codes(*names: str) -> npt.NDArray[np.int64]:
+    from diagnosers.model import OPTYPE_CODE
+
+    return np.array([OPTYPE_CODE[n] for n in names], dtype=np.int64)
+
+
+def pipeline_problem(trace: Any) -> str | None:
+    """Why a trace can never be analysed, or None: a pipeline job (pp > 1) without a single
+    point-to-point op has no link between its stages, so every dependency model fails on it."""
+    from diagnosers.model import P2P_OPTYPES
+
+    if trace.meta.pp > 1 and not np.isin(trace.ops.optype, _codes(*P2P_OPTYPES)).any():
+        return (
+            f"the job has pp={trace.meta.pp} pipeline stages but the trace holds no point-to-point op "
+            "(forward/backward send or recv), so its stages cannot be linked and no what-if analysis "
+            "is possible; trace the P2P ops, or read it with pp=1 if the job has no pipeline"
+        )
+    return None
+
+
+def causality_note(trace: Any) -> str | None:
+    """A note when every matched P2P pair runs backwards in time: each recv ends before its send
+    starts. A send on stage s and a recv on its neighbour are matched by (step, dp rank, seq id).
+    That only happens when the ranks' clocks are not aligned (or the ops are mislabelled), and
+    cross-stage waits computed from such times are not to be trusted."""
+    ops, pp = trace.ops, trace.meta.pp
+    if pp < 2 or len(ops.optype) == 0:
+        return None
+    code = ops.optype.astype(np.int64)
+    steps = np.unique(ops.step, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    seq_span = int(ops.seq_id.max()) + 2 if len(ops.seq_id) else 2
+    matched = backwards = 0
+    for send, recv, shift in (("forward-send", "forward-recv", 1), ("backward-send", "backward-recv", -1)):
+        s = np.flatnonzero(code == int(_codes(send)[0]))
+        r = np.flatnonzero(code == int(_codes(recv)[0]))
+        if not len(s) or not len(r):
+            continue
+
+        def key(idx: npt.NDArray[np.int64], stage: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+            worker = ops.dp_rank[idx].astype(np.int64) * (pp + 2) + stage
+            return (steps[idx] * (trace.meta.dp * (pp + 2)) + worker) * seq_span + ops.seq_id[idx]
+
+        ks = key(s, ops.stage[s].astype(np.int64) + shift)
+        kr = key(r, ops.stage[r].astype(np.int64))
+        _, i_s, i_r = np.intersect1d(ks, kr, assume_unique=False, return_indices=True)
+        if not len(i_s):
+            continue
+        si, ri = s[i_s], r[i_r]
+        matched += len(si)
+        backwards += int(np.sum(ops.start_ts[ri] + ops.duration[ri] < ops.start_ts[si]))
+    if matched and backwards == matched:
+        return (
+            f"causality violated: in all {matched} matched send/recv pairs the recv ends before its "
+            "send starts; the ranks' clocks are probably not aligned (or sends and recvs are "
+            "swapped), so cross-stage waits from these times are unreliable"
+        )
+    return None

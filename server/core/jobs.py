@@ -216,8 +216,13 @@ def parse_upload(ref: TraceRef, names: list[str], *, ctx: JobContext | None = No
     the context under the content hash for the first analysis."""
     from server.core.models import summarize
 
+    from diagnosers.readers.validate import pipeline_problem
+
     ctx = ctx or worker_context()
     trace = _load(ref)
+    problem = pipeline_problem(trace)  # stored, it would fail every analysis: refuse it now
+    if problem:
+        raise trace_error(TraceError(problem), ref.folder)
     ctx.remember(ref.key, trace)
     return summarize(trace, names).model_dump()
 
