@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -51,8 +51,9 @@ def open_stream(path: Path) -> BinaryIO:
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
-        stream = validate.open_gzip(path) if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115 (the caller closes it)
-        return cast(BinaryIO, stream)
+        if magic == b"\x1f\x8b":
+            return validate.open_gzip(path)
+        return open(path, "rb")
     except OSError as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc
 

@@ -28,7 +28,7 @@ import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -116,7 +116,7 @@ def reading(lim: ReadLimits | None) -> Iterator[None]:
 class _Counted(io.RawIOBase):
     """A raw stream over a decompressing file object that charges every byte to the budget."""
 
-    def __init__(self, inner: IO[bytes], source: str):
+    def __init__(self, inner: Any, source: str):
         self.inner, self.source, self.budget = inner, source, _budget()
 
     def readable(self) -> bool:
@@ -284,9 +284,9 @@ def load_yaml(path: Path) -> Any:
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            mark = event.start_mark
+            line = event.start_mark.line + 1 if event.start_mark is not None else 0
             raise TraceError(
-                f"meta yaml uses an anchor or alias at line {mark.line + 1}; write the values out",
+                f"meta yaml uses an anchor or alias at line {line}; write the values out",
                 file=str(path),
             )
         if isinstance(event, yaml.CollectionStartEvent):

@@ -214,9 +214,8 @@ def _load(ref: TraceRef) -> Trace:
 def parse_upload(ref: TraceRef, names: list[str], *, ctx: JobContext | None = None) -> dict[str, Any]:
     """Parse (and so validate) a staged upload; its summary as a dict. The parsed trace stays in
     the context under the content hash for the first analysis."""
-    from server.core.models import summarize
-
     from diagnosers.readers.validate import pipeline_problem
+    from server.core.models import summarize
 
     ctx = ctx or worker_context()
     trace = _load(ref)

@@ -37,19 +37,26 @@ MAX_PARTS = 4096
 IDLE_TIMEOUT_S = 60.0
 
 
-async def body_chunks(request: Request, idle_timeout: float = IDLE_TIMEOUT_S) -> AsyncIterator[bytes]:
-    """The request body, chunk by chunk; 408 when the client stalls for ``idle_timeout`` seconds."""
+async def body_chunks(
+    request: Request, idle_timeout: float = IDLE_TIMEOUT_S, deadline: float | None = None
+) -> AsyncIterator[bytes]:
+    """The request body, chunk by chunk; 408 when the client stalls for ``idle_timeout`` seconds
+    or the whole body takes longer than ``deadline`` seconds (a trickling client)."""
     stream = request.stream().__aiter__()
+    end = anyio.current_time() + deadline if deadline is not None else None
     while True:
+        wait = idle_timeout if end is None else min(idle_timeout, end - anyio.current_time())
         try:
-            with anyio.fail_after(idle_timeout):
+            with anyio.fail_after(max(wait, 0.0)):
                 chunk = await stream.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise ApiError(
-                408, "upload_timeout", f"no upload data for {idle_timeout:.0f} s; the upload was dropped"
-            ) from None
+            if end is not None and anyio.current_time() >= end:
+                message = f"the upload took longer than {deadline:.0f} s; it was dropped"
+            else:
+                message = f"no upload data for {idle_timeout:.0f} s; the upload was dropped"
+            raise ApiError(408, "upload_timeout", message, {"Connection": "close"}) from None
         yield chunk
 
 
@@ -142,7 +149,7 @@ class _MultipartState:
 
 
 async def receive_upload(
-    request: Request, folder: Path, budget: UploadBudget
+    request: Request, folder: Path, budget: UploadBudget, deadline: float | None = None
 ) -> tuple[list[StagedFile], dict[str, str]]:
     """Stream the request body into ``folder``; returns the staged files and the option fields.
 
@@ -177,7 +184,7 @@ async def receive_upload(
 
         try:
             # parsing, inflating and writing run in a worker thread, about 1 MiB at a time
-            async for batch in batched(body_chunks(request)):
+            async for batch in batched(body_chunks(request, deadline=deadline)):
                 await anyio.to_thread.run_sync(feed, batch)
             await anyio.to_thread.run_sync(finish)
         except ApiError:
@@ -193,5 +200,5 @@ async def receive_upload(
         fields.update(state.fields)
         return state.files, fields
     name = safe_filename(fields.get("filename"), "trace")
-    staged = await write_stream(folder, name, body_chunks(request), budget)
+    staged = await write_stream(folder, name, body_chunks(request, deadline=deadline), budget)
     return [staged], fields
