@@ -32,6 +32,7 @@ from server.core.staging import (
 FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
 MAX_FIELD_BYTES = 1024
 MAX_PARTS = 4096
+MAX_BOUNDARY = 200
 # An upload that sends nothing for this long is dropped (a stalled or half-dead client must not
 # hold a staging folder and a worker forever).
 IDLE_TIMEOUT_S = 60.0
@@ -172,6 +173,10 @@ async def receive_upload(
         boundary = params.get(b"boundary")
         if not boundary:
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
+        if len(boundary) > MAX_BOUNDARY:  # RFC 2046: 1-70 characters
+            raise ApiError(
+                400, "bad_multipart", f"multipart boundary of {len(boundary)} characters (at most {MAX_BOUNDARY})"
+            )
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
         def feed(data: bytes) -> None:
