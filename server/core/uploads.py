@@ -175,7 +175,9 @@ async def receive_upload(
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
         if len(boundary) > MAX_BOUNDARY:  # RFC 2046: 1-70 characters
             raise ApiError(
-                400, "bad_multipart", f"multipart boundary of {len(boundary)} characters (at most {MAX_BOUNDARY})"
+                400,
+                "bad_multipart",
+                f"multipart boundary of {len(boundary)} characters (at most {MAX_BOUNDARY})",
             )
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))

@@ -32,8 +32,11 @@ def yaml_alias() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str, 
 def nested_gzip() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str, object]]:
     member = gzip.compress(b"\n" * (64 << 20), 9)
     inner = gzip.compress(HEADER + ROW) + member * 64  # 4 GiB once both layers are inflated
-    return [("t.csv.gz", gzip.compress(inner, 1))], {}, {"max_upload_bytes": 16 << 20,
-                                                         "max_decompressed_bytes": 64 << 20}
+    return (
+        [("t.csv.gz", gzip.compress(inner, 1))],
+        {},
+        {"max_upload_bytes": 16 << 20, "max_decompressed_bytes": 64 << 20},
+    )
 
 
 def rle_parquet() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str, object]]:
@@ -41,9 +44,14 @@ def rle_parquet() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str,
     import pyarrow.parquet as pq
 
     n = 1 << 22  # the footer is all the server reads: null columns keep the writing fast
-    block = pa.table({c: pa.nulls(n, pa.int64()) for c in ("dp_rank", "stage", "rank", "step")}
-                     | {"optype": pa.nulls(n, pa.string()), "start_ts": pa.nulls(n, pa.float64()),
-                        "duration": pa.nulls(n, pa.float64())})
+    block = pa.table(
+        {c: pa.nulls(n, pa.int64()) for c in ("dp_rank", "stage", "rank", "step")}
+        | {
+            "optype": pa.nulls(n, pa.string()),
+            "start_ts": pa.nulls(n, pa.float64()),
+            "duration": pa.nulls(n, pa.float64()),
+        }
+    )
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, block.schema, compression="zstd") as w:
         for _ in range(6):  # 24 Mi rows, beyond the default 20M-op bound

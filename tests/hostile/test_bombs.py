@@ -30,7 +30,10 @@ def test_bomb_is_refused_within_a_gib(case: str, status: int, words: str, tmp_pa
     with open(errors, "wb") as err_fh:
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("bomb_child.py")), case, str(tmp_path / "data")],
-            stdout=subprocess.PIPE, stderr=err_fh, env=env, cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err_fh,
+            env=env,
+            cwd=ROOT,
         )
         assert proc.stdout is not None
         with proc.stdout:
@@ -41,4 +44,6 @@ def test_bomb_is_refused_within_a_gib(case: str, status: int, words: str, tmp_pa
     assert proc.returncode == 0, err[-2000:]
     assert out.startswith(str(status)) and words in out, out
     assert usage.ru_maxrss < LIMIT_KIB, f"{case}: peak RSS {usage.ru_maxrss / 1024:.0f} MiB"
-    assert not any((tmp_path / "data" / "traces").iterdir()) and not any((tmp_path / "data" / "tmp").iterdir())
+    assert not any((tmp_path / "data" / "traces").iterdir()) and not any(
+        (tmp_path / "data" / "tmp").iterdir()
+    )

@@ -50,9 +50,14 @@ def test_causality_violation_is_flagged_in_the_notes(live: Live) -> None:
 
 def test_oversized_boundary_and_long_filename_are_4xx(live: Live) -> None:
     before = stored(live)
-    body = b"--" + b"b" * 8000 + b"\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a\"\r\n\r\nx\r\n"
-    r = httpx.post(f"{live.url}/api/traces", content=body,
-                   headers={"content-type": "multipart/form-data; boundary=" + "b" * 8000})
+    body = (
+        b"--" + b"b" * 8000 + b'\r\nContent-Disposition: form-data; name="files"; filename="a"\r\n\r\nx\r\n'
+    )
+    r = httpx.post(
+        f"{live.url}/api/traces",
+        content=body,
+        headers={"content-type": "multipart/form-data; boundary=" + "b" * 8000},
+    )
     assert 400 <= r.status_code < 500, r.text
     long = "a" * 1000 + ".jsonl"
     r = httpx.post(f"{live.url}/api/traces", files=[("files", (long, b'{"job": {}}\n'))])
@@ -62,7 +67,9 @@ def test_oversized_boundary_and_long_filename_are_4xx(live: Live) -> None:
     assert stored(live) == before
 
 
-@pytest.mark.parametrize("param", ["limit=" + "9" * 30, "offset=" + "9" * 30, "offset=-1", "limit=" + "9" * 5000])
+@pytest.mark.parametrize(
+    "param", ["limit=" + "9" * 30, "offset=" + "9" * 30, "offset=-1", "limit=" + "9" * 5000]
+)
 def test_huge_query_integers_are_400(live: Live, param: str) -> None:
     r = httpx.get(f"{live.url}/api/traces?{param}")
     assert r.status_code == 400, r.text
@@ -79,8 +86,10 @@ async def test_mcp_upload_errors_carry_their_reason(live: Live) -> None:
     async with Client(streamable_http_client(live.mcp_url)) as c:
         for case in MCP_CASES:
             name, data = case.files[0]
-            r = await c.call_tool("upload_trace", {"content": base64.b64encode(data).decode(),
-                                                   "encoding": "base64", "filename": name})
+            r = await c.call_tool(
+                "upload_trace",
+                {"content": base64.b64encode(data).decode(), "encoding": "base64", "filename": name},
+            )
             text = " ".join(getattr(b, "text", "") for b in r.content)
             if 201 in case.status and not r.is_error:
                 continue
