@@ -28,7 +28,6 @@ Everything then goes through :func:`diagnosers.readers.normalize.normalize`.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections import Counter
@@ -90,11 +89,10 @@ def load_json(path: Path) -> Any:
     try:
         with open(path, "rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
-        if gz:
-            with io.TextIOWrapper(validate.open_gzip(path), encoding="utf-8") as fh:
-                return json.load(fh)
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        # a JSON document is parsed whole (Python objects, several bytes per input byte), so
+        # its decoded size has its own bound (validate.ReadLimits.max_json_bytes)
+        with validate.open_gzip(path) if gz else open(path, "rb") as fh:
+            return json.loads(validate.read_json_bytes(fh, str(path)).decode("utf-8"))
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc
     except json.JSONDecodeError as exc:

@@ -60,6 +60,7 @@ def _open_text(path: Path) -> str:
             data = fh.read()
         if data[:2] == b"\x1f\x8b":
             data = validate.gunzip_bytes(data, str(path))
+        validate.check_json_size(len(data), str(path))
         return data.decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc

@@ -58,6 +58,8 @@ class ReadLimits:
     max_decompressed_bytes: int | None = 64 * GIB
     max_ops: int | None = None
     max_parallel: int = 1_000_000
+    # decoded bytes of one JSON document (Kineto, NDTimeline chrome); None: unbounded
+    max_json_bytes: int | None = None
 
 
 class _Budget:
@@ -123,7 +125,7 @@ class _Counted(io.RawIOBase):
         return True
 
     def readinto(self, buf: Any) -> int:
-        data = self.inner.read(len(buf))
+        data = self.inner.read(min(len(buf), 1 << 20))  # bounded pieces: no second full copy
         self.budget.take_bytes(len(data), self.source)
         buf[: len(data)] = data
         return len(data)
@@ -143,6 +145,25 @@ def gunzip_bytes(data: bytes, source: str) -> bytes:
     """``gzip.decompress`` under the budget (inflates in bounded pieces, never the whole bomb)."""
     with io.BufferedReader(_Counted(gzip.GzipFile(fileobj=io.BytesIO(data)), source)) as fh:
         return fh.read()
+
+
+def check_json_size(n: int, source: str) -> None:
+    """Refuse a JSON document larger than ``max_json_bytes`` (the parse holds it whole)."""
+    cap = limits().max_json_bytes
+    if cap is not None and n > cap:
+        raise LimitExceeded(
+            f"the JSON document is larger than {cap // MIB} MiB (--max-json-mb); the profiler-JSON "
+            "reader holds a document whole, at several bytes of memory per input byte",
+            file=source,
+        )
+
+
+def read_json_bytes(fh: BinaryIO, source: str) -> bytes:
+    """The whole stream, read at most ``max_json_bytes + 1`` bytes far."""
+    cap = limits().max_json_bytes
+    data = fh.read() if cap is None else fh.read(cap + 1)
+    check_json_size(len(data), source)
+    return data
 
 
 # -- counts ------------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class Settings:
     max_inline_bytes: int = MAX_INLINE_BYTES
     # ops per upload, checked from a parquet footer before any row is read (admits a 16M-op job)
     max_ops: int | None = DEFAULT_MAX_OPS
+    # one profiler-JSON document, decoded (the parse needs ~6 bytes of memory per byte)
+    max_json_bytes: int | None = 512 * MIB
     preload_sample: bool = False
     trace_cache_size: int = 4
     # heavy work: worker processes (None = one per core, 0 = threads of the server process) and
@@ -86,7 +88,12 @@ class Settings:
         """The readers' budgets on this server: the decompression cap less what the upload's outer
         gzip layer already inflated (``expanded``), and the op bound."""
         left = max(0, self.max_decompressed_bytes - expanded)
-        return ReadLimits(max_decompressed_bytes=left, max_ops=self.max_ops, max_parallel=1_000_000)
+        return ReadLimits(
+            max_decompressed_bytes=left,
+            max_ops=self.max_ops,
+            max_parallel=1_000_000,
+            max_json_bytes=self.max_json_bytes,
+        )
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

@@ -59,6 +59,13 @@ def rle_parquet() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str,
     return [("t.parquet", buf.getvalue())], {}, {}
 
 
+def kineto_json() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str, object]]:
+    member = gzip.compress(b" " * (64 << 20), 9)
+    inner = gzip.compress(b'{"schemaVersion": 1, "traceEvents": [') + member * 2  # 128 MiB of JSON
+    # the default 512 MiB bound takes 18 s to reach here; 64 MiB shows the same refusal faster
+    return [("rank0.json.gz", gzip.compress(inner, 1))], {}, {"max_json_bytes": 64 << 20}
+
+
 def layout() -> tuple[list[tuple[str, bytes]], dict[str, object], dict[str, object]]:
     return [("t.csv", HEADER + ROW * 4)], {"dp": 60_000, "pp": 60_000}, {}
 

@@ -21,6 +21,7 @@ LIMIT_KIB = 1024 * 1024  # 1 GiB
         ("yaml_alias", 422, "anchor or alias"),
         ("nested_gzip", 413, "every compression layer counts"),
         ("rle_parquet", 413, "more than 20,000,000 ops"),
+        ("kineto_json", 413, "larger than 64 MiB"),
         ("layout", 413, "workers but the trace holds only 4 ops"),
     ],
 )

@@ -52,12 +52,12 @@ def limit_options(args: argparse.Namespace) -> dict[str, object]:
     """The budget options given on the command line, as ``Settings`` fields."""
     out: dict[str, object] = {}
     for arg, key in (("max_ops", "max_ops"), ("header_timeout", "header_timeout_s"),
-                     ("upload_deadline", "upload_deadline_s")):
+                     ("upload_deadline", "upload_deadline_s"), ("max_json_mb", "max_json_bytes")):
         value = getattr(args, arg, None)
         if value is not None:
             if value <= 0:
                 raise SystemExit(f"straggler-lens serve: error: --{arg.replace('_', '-')} must be positive")
-            out[key] = value
+            out[key] = int(value * 1024 * 1024) if arg == "max_json_mb" else value
     return out
 
 
@@ -98,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         metavar="N",
         help="ops per uploaded trace, checked before rows are read (default 20,000,000)",
+    )
+    p.add_argument(
+        "--max-json-mb",
+        type=float,
+        default=None,
+        metavar="N",
+        help="decoded size of one profiler-JSON document in MiB (default 512)",
     )
     p.add_argument(
         "--header-timeout",
