@@ -8,6 +8,7 @@ everything, so Host/Origin checks and the bearer token cover every route, not on
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,7 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from diagnosers.model import TraceError
 from server.chat import commands as chat
+from server.core import faults
 from server.core.errors import ApiError, error_response
 from server.core.monitor import start_monitor
 from server.core.runtime import LensHolder, app_version, log, open_lens
@@ -48,8 +51,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _crash(request: Request, exc: Exception) -> Response:
+    mapped = faults.api_error(exc)
+    if mapped is not None:  # a full disk, a passed budget, bad input found late: not a crash
+        return mapped.response()
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal_error", "internal error; the server log has the traceback")
+    # the connection is closed after a 500: say so, so a keep-alive client opens a new one
+    return error_response(
+        500, "internal_error", "internal error; the server log has the traceback", {"Connection": "close"}
+    )
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -87,7 +96,19 @@ def create_app(settings: Settings) -> Starlette:
             *web.routes(),
         ],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
+        # OSError, SQLite and reader errors go through the one mapping in the inner exception
+        # middleware (answered there, not re-raised as a crash); anything else is a 500
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            OSError: _crash,
+            sqlite3.Error: _crash,
+            TraceError: _crash,
+            ArithmeticError: _crash,
+            RecursionError: _crash,
+            MemoryError: _crash,
+            Exception: _crash,
+        },
         lifespan=lifespan,
     )
     app.state.version = app_version()

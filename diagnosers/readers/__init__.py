@@ -24,6 +24,9 @@ import numpy as np
 
 from diagnosers import interleaved
 from diagnosers.model import OPTYPE_CODE, Trace, TraceError
+from diagnosers.readers import validate
+from diagnosers.readers.errors import as_trace_error
+from diagnosers.readers.validate import ReadLimits
 
 # Sniffing order matters: the more specific formats first.
 READER_MODULES: tuple[str, ...] = ("native", "artifact", "ndtimeline", "kineto")
@@ -45,6 +48,8 @@ class ReadOptions:
     gpus_per_host: int | None = None
     layers_per_stage: list[int] | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # budgets of the read (decompressed bytes, ops, parallel sizes); None = the CLI defaults
+    limits: ReadLimits | None = None
 
     def overrides(self) -> dict[str, object]:
         """The job keys given explicitly (None values dropped), in ``JobMeta`` field names."""
@@ -151,6 +156,16 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
     Among several files, those the chosen reader does not recognise are skipped with a note.
     """
     opts = options or ReadOptions()
+    with validate.reading(opts.limits):
+        try:
+            return _load_trace(paths, opts)
+        except (KeyboardInterrupt, SystemExit, AssertionError):
+            raise
+        except Exception as exc:  # RecursionError, OverflowError, ... -> one TraceError
+            raise as_trace_error(exc, [str(p) for p in paths]) from exc
+
+
+def _load_trace(paths: Sequence[str | Path], opts: ReadOptions) -> Trace:
     files = expand_paths(paths)
     metas = [f for f in files if _is_meta_file(f)]
     data = [f for f in files if not _is_meta_file(f)]
@@ -178,6 +193,9 @@ def load_trace(paths: Sequence[str | Path], options: ReadOptions | None = None) 
     trace.sources = [str(f) for f in data]
     is_compute = np.isin(trace.ops.optype, (OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]))
     trace.notes.extend(interleaved.meta_notes(trace.meta, trace.ops.mc, is_compute))
+    note = validate.causality_note(trace)
+    if note:
+        trace.notes.append(note)
     if foreign:
         fmt = module.__name__.rsplit(".", 1)[-1]
         trace.notes.append(

@@ -9,18 +9,18 @@ as the largest rank index + 1). Several files are concatenated (e.g. one per ran
 
 from __future__ import annotations
 
-import gzip
 import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import JobMeta, Trace, TraceError
-from diagnosers.readers import ReadOptions, read_failure
+from diagnosers.readers import ReadOptions, read_failure, validate
+from diagnosers.readers.errors import short
 from diagnosers.readers.normalize import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, meta_from_data, normalize
 
 FORMAT_NAMES: tuple[str, ...] = ("artifact", "parquet", "csv", "jsonl")
@@ -52,8 +52,9 @@ def open_stream(path: Path) -> BinaryIO:
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
-        stream = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115 (the caller closes it)
-        return cast(BinaryIO, stream)
+        if magic == b"\x1f\x8b":
+            return validate.open_gzip(path)
+        return open(path, "rb")
     except OSError as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc
 
@@ -109,10 +110,13 @@ def table_from_stream(
 
             # parquet needs random access; ParquetFile reads without the dataset layer (cheaper to
             # import for small traces). A plain file is memory-mapped (no copy of its bytes); a
-            # gzipped one is inflated into memory first.
+            # gzipped one is inflated into memory first. The footer is checked before any row.
             if isinstance(stream, io.BufferedReader) and stream.tell() == 0:
-                return pq.ParquetFile(pa.memory_map(stream.name)).read()
-            return pq.ParquetFile(pa.BufferReader(stream.read())).read()
+                pf = pq.ParquetFile(pa.memory_map(stream.name))
+            else:
+                pf = pq.ParquetFile(pa.BufferReader(stream.read()))
+            validate.check_parquet(pf.metadata, source)
+            return pf.read()
         if kind == "jsonl":
             import pyarrow.json as pj
 
@@ -132,11 +136,15 @@ def table_from_stream(
                         ("mb_id", pa.int64()),
                     ]
                 )
-                return pj.read_json(stream, parse_options=pj.ParseOptions(explicit_schema=schema))
-            return pj.read_json(stream)
-        import pyarrow.csv as pcsv
+                table = pj.read_json(stream, parse_options=pj.ParseOptions(explicit_schema=schema))
+            else:
+                table = pj.read_json(stream)
+        else:
+            import pyarrow.csv as pcsv
 
-        return pcsv.read_csv(stream)
+            table = pcsv.read_csv(stream)
+        validate.take_ops(table.num_rows, source)
+        return table
     except (OSError, EOFError) as exc:
         raise TraceError(read_failure(exc), file=source) from exc
     except pa.ArrowException as exc:
@@ -160,6 +168,7 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
     """
     import pyarrow as pa
 
+    validate.check_table(table, source)
     # a column with no value at all is absent (a typed JSON read creates every schema column)
     names = {
         c for c in table.column_names if table.num_rows == 0 or table.column(c).null_count < table.num_rows
@@ -247,8 +256,7 @@ def load_meta_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        data = validate.load_yaml(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot read meta yaml: {exc}", file=str(path)) from exc
     except yaml.YAMLError as exc:
@@ -295,7 +303,7 @@ def options_with_meta(options: ReadOptions) -> ReadOptions:
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
         ):
             want = "a list of positive integers" if field == "layers_per_stage" else "a positive integer"
-            raise TraceError(f"meta key {key} must be {want}, got {value!r}", file=str(path))
+            raise TraceError(f"meta key {key} must be {want}, got {short(value)}", file=str(path))
         fill[field] = value
     return dataclasses.replace(options, **fill)
 
@@ -310,7 +318,7 @@ def meta_problem(exc: ValueError) -> str:
     for err in exc.errors():
         field = ".".join(str(x) for x in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
-        got = f" (got {err['input']!r})" if field else ""
+        got = f" (got {short(err['input'])})" if field else ""
         parts.append(f"{field}: {msg}{got}" if field else msg)
     return "; ".join(parts)
 
@@ -325,6 +333,25 @@ def find_meta_beside(path: Path) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
+_SIZE_KEYS = frozenset(
+    {"dp", "pp", "tp", "cp", "vpp", "dp_size", "pp_size", "tp_size", "dsp_size", "cp_size", "vpp_size",
+     "gpus_per_host"}
+)
+
+
+def _blames_base(exc: ValueError, base: dict[str, Any]) -> bool:
+    """Whether a job-model error is about a key the meta file (or job line) gave: only then is
+    that file named (a size taken from the data or an option is not the file's fault)."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return bool(base)
+    given = {k.removesuffix("_size") for k in base} | {"cp" for k in base if k == "dsp_size"} | set(base)
+    fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+    layers = any(k in base for k in ("layers_per_stage", "layers_per_chunk"))
+    return not fields or bool(fields & given) or layers
+
+
 def build_meta(
     columns: dict[str, npt.NDArray[Any]],
     base: dict[str, Any],
@@ -337,12 +364,15 @@ def build_meta(
     ``meta_file`` (where ``base`` came from) is named in the error when the keys are invalid."""
     merged = dict(base)
     merged.update(options.overrides())
+    for key in _SIZE_KEYS & set(merged):
+        # bounded before anything is sized by them; an option's problem does not name the file
+        validate.check_size(key, merged[key], str(meta_file) if meta_file and key in base else None)
     try:
         meta = meta_from_data(columns, merged)
     except ValueError as exc:
-        raise TraceError(
-            f"bad job metadata: {meta_problem(exc)}", file=str(meta_file) if meta_file else None
-        ) from exc
+        named = meta_file if meta_file and _blames_base(exc, base) else None
+        where = str(named) if named else None
+        raise TraceError(f"bad job metadata: {meta_problem(exc)}", file=where) from exc
     meta.source_format = fmt
     return meta
 

@@ -28,7 +28,6 @@ Everything then goes through :func:`diagnosers.readers.normalize.normalize`.
 
 from __future__ import annotations
 
-import gzip
 import json
 import operator
 import re
@@ -44,7 +43,7 @@ import numpy.typing as npt
 
 from diagnosers.kernel_graph import ExplicitGraph
 from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
-from diagnosers.readers import ReadOptions, kineto_kernels, read_failure
+from diagnosers.readers import ReadOptions, kineto_kernels, read_failure, validate
 from diagnosers.readers.normalize import columns_from_lists
 
 FORMAT_NAMES: tuple[str, ...] = ("kineto", "pytorch-profiler", "chrome-trace")
@@ -93,11 +92,10 @@ def load_json(path: Path) -> Any:
     try:
         with open(path, "rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
-        if gz:
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return json.load(fh)
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        # a JSON document is parsed whole (Python objects, several bytes per input byte), so
+        # its decoded size has its own bound (validate.ReadLimits.max_json_bytes)
+        with validate.open_gzip(path) if gz else open(path, "rb") as fh:
+            return json.loads(validate.read_json_bytes(fh, str(path)).decode("utf-8"))
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc
     except json.JSONDecodeError as exc:
@@ -203,10 +201,13 @@ _LIST_DECODER = msgspec.json.Decoder(list[_Event])
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's JSON bytes, gunzipped when gzipped; every layer counts against the read's
+    decompression budget and the document against its own bound (validate.ReadLimits)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
-        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            gz = fh.read(2) == b"\x1f\x8b"
+        with validate.open_gzip(path) if gz else open(path, "rb") as fh:
+            return validate.read_json_bytes(fh, str(path))
     except (OSError, EOFError) as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc
 
@@ -235,9 +236,7 @@ def _decode_events(path: Path) -> tuple[list[_Event], dict[str, Any]]:
 def parse_file(path: Path, fallback_rank: int) -> RankFile:
     """Read one per-rank trace: rank info, complete events in seconds, and step windows."""
     events, doc = _decode_events(path)
-    dinfo = doc.get("distributedInfo") or {}
-    if not isinstance(dinfo, dict):
-        dinfo = {}
+    dinfo = validate.distributed_info(doc, str(path))
     rank = dinfo.get("rank")
     if not isinstance(rank, int):
         named = _rank_from_name(path)
@@ -248,6 +247,7 @@ def parse_file(path: Path, fallback_rank: int) -> RankFile:
 
     xs = [e for e in events if e.ph == "X" and e.ts is not None]
     n = len(xs)
+    validate.take_ops(n, str(path))
     # one comprehension per field: several times faster than filling arrays event by event
     # names and categories dictionary-encoded: traces repeat a few thousand names, so one string
     # object per distinct name and integer codes make masks and np.unique cheap

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from diagnosers.model import Trace, TraceError
-from diagnosers.readers import ReadOptions, read_failure, read_head
+from diagnosers.readers import ReadOptions, read_failure, read_head, validate
 from diagnosers.readers.kineto import load_json
 from diagnosers.readers.normalize import columns_from_lists
 
@@ -55,13 +55,12 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _open_text(path: Path) -> str:
-    import gzip
-
     try:
         with open(path, "rb") as fh:
             data = fh.read()
         if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+            data = validate.gunzip_bytes(data, str(path))
+        validate.check_json_size(len(data), str(path))
         return data.decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise TraceError(read_failure(exc), file=str(path)) from exc

@@ -38,6 +38,7 @@ from diagnosers.model import (
     TraceError,
     classify_name,
 )
+from diagnosers.readers import validate
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("seq_id", "mc", "gmc", "mb_id")
@@ -68,6 +69,7 @@ def _int_column(
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    validate.check_int_array(name, arr, where)
     if arr.dtype.kind in "iub":
         if arr.dtype.itemsize > np.dtype(dtype).itemsize and n:
             info = np.iinfo(dtype)
@@ -92,6 +94,8 @@ def _float_column(name: str, values: Any, n: int, source: str, where: Where) -> 
     arr = np.asarray(values)
     if arr.ndim != 1 or len(arr) != n:
         raise TraceError(f"column {name!r} has {arr.shape} values, expected {n}", file=source)
+    if arr.dtype.kind == "b":
+        raise TraceError(f"column {name!r} holds booleans (true/false), not numbers", **where(0))
     try:
         return arr.astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
@@ -284,6 +288,8 @@ def normalize(
         "start_ts": start_ts, "duration": duration, "seq_id": seq_id, "mc": mc, "gmc": gmc, "mb_id": mb_id,
     }  # fmt: skip
     if not (_in_step_blocks(step_idx, cell, counts) and _seq_ids_unique(seq_id, cell, counts)):
+        max_seq = int(seq_id.max()) + 1 if len(seq_id) else 1
+        validate.check_key_space(len(step_ids) * meta.dp * meta.pp, len(OPTYPES), max_seq, source)
         order = _canonical_order(step_idx, dp_rank, stage, codes, seq_id, meta, where)
         cols = {c: a[order] for c, a in cols.items()}
     assert set(COLUMNS) == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
@@ -375,6 +381,7 @@ def _check_values(
         if bad.any():
             i = int(np.argmax(bad))
             raise TraceError(f"{col} is {float(arr[i])}", **where(i))
+    validate.check_times(start_ts, duration, where)
     if (duration < 0).any():
         i = int(np.argmax(duration < 0))
         raise TraceError(f"negative duration {float(duration[i])}", **where(i))
@@ -404,6 +411,7 @@ def _check_workers(
     source: str,
 ) -> npt.NDArray[np.int64]:
     """Every worker (dp, pp) holds ops, all of one traced rank; returns each worker's rank."""
+    validate.check_layout(meta.dp, meta.pp, len(dp_rank), source)
     worker = dp_rank * meta.pp + stage  # int32: dp * pp workers fit
     n_workers = meta.dp * meta.pp
     rmin = np.full(n_workers, np.iinfo(np.int64).max)
@@ -445,6 +453,7 @@ def _check_step_multisets(
     Returns the op counts per (stage, step, dp rank, op type) cell, shape (pp, steps, dp, types),
     and each row's flat cell index into them."""
     n_types = len(OPTYPES)
+    validate.check_grid(meta.pp, len(step_ids), meta.dp, len(codes), source)
     n_cells = meta.pp * len(step_ids) * meta.dp * n_types
     base = stage if n_cells < 2**31 else stage.astype(np.int64)  # int32 while the cells fit
     cell = ((base * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes

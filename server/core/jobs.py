@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from diagnosers.model import Trace, TraceError
+from diagnosers.readers.validate import ReadLimits
+from server.core import faults
 from server.core.errors import ApiError
 
 # progress(fraction in [0, 1], message); any thread may call it.
@@ -41,20 +43,31 @@ class TraceRef:
     paths: tuple[str, ...]
     options: tuple[tuple[str, Any], ...]
     folder: str
+    # the server's read budgets (None: the readers' defaults)
+    limits: ReadLimits | None = None
 
     @classmethod
     def of(
-        cls, key: str, paths: list[Path] | list[str], options: dict[str, Any], folder: Path | str
+        cls,
+        key: str,
+        paths: list[Path] | list[str],
+        options: dict[str, Any],
+        folder: Path | str,
+        limits: ReadLimits | None = None,
     ) -> TraceRef:
         opts = tuple(sorted((k, options[k]) for k in (*READ_KEYS, "partial") if options.get(k) is not None))
-        return cls(key, tuple(str(p) for p in paths), opts, str(folder))
+        return cls(key, tuple(str(p) for p in paths), opts, str(folder), limits)
 
 
 def trace_error(exc: Exception, folder: Path | str | None = None) -> ApiError:
-    """A reader's rejection as a 422 that keeps the reader's precise message.
+    """A reader's rejection as a 422 that keeps the reader's precise message (413 for a passed
+    budget, 507 for a full disk: ``faults.api_error``).
 
     The server's own folder is cut from file paths: the caller knows its files by name only.
     """
+    mapped = faults.api_error(exc, folder)
+    if mapped is not None:
+        return mapped
     message = str(exc)
     if folder is not None:
         message = message.replace(f"{folder}/", "").replace(str(folder), ".")
@@ -178,20 +191,22 @@ def open_library() -> Any:
     return library
 
 
-def read_options(options: dict[str, Any]) -> Any:
+def read_options(options: dict[str, Any], limits: ReadLimits | None = None) -> Any:
     """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes; a
-    ``partial`` window, assembled without some ranks, is read as the smaller job it holds)."""
+    ``partial`` window, assembled without some ranks, is read as the smaller job it holds) and the
+    server's read budgets."""
     from diagnosers.readers import ReadOptions
 
     extra: dict[str, object] = {"partial": True} if options.get("partial") else {}
-    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None}, extra=extra)
+    kw = {k: options[k] for k in READ_KEYS if options.get(k) is not None}
+    return ReadOptions(**kw, extra=extra, limits=limits)
 
 
 def _load(ref: TraceRef) -> Trace:
     from diagnosers.readers import load_trace
 
     try:
-        return load_trace([Path(p) for p in ref.paths], read_options(dict(ref.options)))
+        return load_trace([Path(p) for p in ref.paths], read_options(dict(ref.options), ref.limits))
     except TraceError as exc:
         raise trace_error(exc, ref.folder) from exc
 
@@ -202,10 +217,14 @@ def _load(ref: TraceRef) -> Trace:
 def parse_upload(ref: TraceRef, names: list[str], *, ctx: JobContext | None = None) -> dict[str, Any]:
     """Parse (and so validate) a staged upload; its summary as a dict. The parsed trace stays in
     the context under the content hash for the first analysis."""
+    from diagnosers.readers.validate import pipeline_problem
     from server.core.models import summarize
 
     ctx = ctx or worker_context()
     trace = _load(ref)
+    problem = pipeline_problem(trace)  # stored, it would fail every analysis: refuse it now
+    if problem:
+        raise trace_error(TraceError(problem), ref.folder)
     ctx.remember(ref.key, trace)
     return summarize(trace, names).model_dump()
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio.from_thread
 
 from diagnosers.model import Trace
-from server.core import jobs
+from server.core import faults, jobs
 from server.core.errors import ApiError, not_found
 from server.core.executor import Executor
 from server.core.jobs import READ_KEYS, JobContext, TraceRef, read_options, trace_error
@@ -82,6 +82,13 @@ def check_selector(trace: Trace, selector: dict[str, Any]) -> None:
     check_shape(trace.meta.dp, trace.meta.pp, list(trace.steps), selector)
 
 
+def invalid_fields(exc: Any, most: int = 3) -> str:
+    """The first few fields a result failed validation on, for the error message."""
+    errs = exc.errors()
+    shown = ", ".join(".".join(str(x) for x in e["loc"]) for e in errs[:most])
+    return shown + (f" (+{len(errs) - most} more)" if len(errs) > most else "")
+
+
 class Lens:
     """Application state shared by REST routes and MCP tools (one per running server)."""
 
@@ -119,18 +126,27 @@ class Lens:
         """Run the job ``fn(*args)`` on the executor and wait for its result (from a worker
         thread of the event loop); in this thread when the Lens has no executor."""
         kw: dict[str, Any] = {"progress": progress} if progress is not None else {}
-        if self.executor is None:
-            return fn(*args, ctx=self.jobs, **kw)
-        if self.executor.in_process:
-            fn = partial(fn, ctx=self.jobs)
-        submit = partial(self.executor.submit, fn, *args, progress=progress, affinity=affinity)
-        result: R = anyio.from_thread.run(submit)
-        return result
+        try:
+            if self.executor is None:
+                return fn(*args, ctx=self.jobs, **kw)
+            if self.executor.in_process:
+                fn = partial(fn, ctx=self.jobs)
+            submit = partial(self.executor.submit, fn, *args, progress=progress, affinity=affinity)
+            result: R = anyio.from_thread.run(submit)
+            return result
+        except ApiError:
+            raise
+        except Exception as exc:  # overflow in an analysis, a full disk: the one mapping
+            mapped = faults.api_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     def ref(self, rec: TraceRecord) -> TraceRef:
         """The job-side handle of a stored trace: its files, read options and content hash."""
         folder = self.store.traces_dir / rec.id
-        return TraceRef.of(rec.content_hash, self.store.file_paths(rec), rec.options, folder)
+        limits = self.settings.read_limits()
+        return TraceRef.of(rec.content_hash, self.store.file_paths(rec), rec.options, folder, limits)
 
     def peek(self, *key: str) -> Any:
         """A parsed result or view already in memory, else None. Cheap enough for the event loop:
@@ -205,7 +221,9 @@ class Lens:
                     trace_id=existing.id, created=False, summary=TraceSummary.model_validate(existing.summary)
                 )
             names = sorted(f.name for f in files)
-            ref = TraceRef.of(chash, [staging / n for n in names], opts, staging)
+            # inner compression layers share the budget the upload's outer gzip started on
+            limits = self.settings.read_limits(sum(f.size for f in files))
+            ref = TraceRef.of(chash, [staging / n for n in names], opts, staging, limits)
             summary = self.run(jobs.parse_upload, ref, names, affinity=chash)
             rec, created = self.store.commit_trace(
                 staging,
@@ -261,8 +279,43 @@ class Lens:
             return hit
         if check is not None:
             check()
-        body = self._cached(trace_id, kind, key, compute)
-        return self.memo(memo_key, model.model_validate_json(body))
+        return self.memo(memo_key, self._cached_model(trace_id, kind, key, compute, model))
+
+    def _cached_model(
+        self, trace_id: str, kind: str, key: str, compute: Callable[[], str], model: Any
+    ) -> Any:
+        """The validated model of a stored result, recomputed when the stored body does not
+        validate (a NaN cached by an older version answers null where a number belongs); a
+        freshly computed body that does not validate is refused and never stored."""
+        from pydantic import ValidationError
+
+        def parsed(body: str | None) -> Any:
+            if body is None:
+                return None
+            try:
+                return model.model_validate_json(body)
+            except ValidationError:
+                return None
+
+        hit = parsed(self.store.get_result(trace_id, kind, key))
+        if hit is not None:
+            return hit
+        with self._lock_for(kind, trace_id, key):
+            hit = parsed(self.store.get_result(trace_id, kind, key))
+            if hit is not None:
+                return hit
+            body = compute()
+            try:
+                value = model.model_validate_json(body)
+            except ValidationError as exc:
+                raise ApiError(
+                    422,
+                    "result_invalid",
+                    f"the {kind} of this trace holds a value that is not a finite number (NaN or inf) "
+                    f"and was not stored: {invalid_fields(exc)}; check the trace's times",
+                ) from exc
+            self.store.put_result(trace_id, kind, key, body)
+            return value
 
     def whatif(self, trace_id: str, progress: Progress | None = None) -> Any:
         """The standard what-if report (``diagnosers.whatif.analyze``), cached."""

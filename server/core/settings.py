@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagnosers.readers.validate import ReadLimits
+
 MIB = 1024 * 1024
 
 # Host names that always reach this machine only. A bind to one of these keeps the default
@@ -21,6 +23,12 @@ LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
 # MCP inline uploads: at most this many decoded bytes travel through JSON-RPC (base64 inflates
 # them by 4/3, which stays well below the transport's request-body cap set in app.py).
 MAX_INLINE_BYTES = 1 * MIB
+
+
+DEFAULT_MAX_OPS = 20_000_000
+# A request's headers must arrive within this many seconds, a whole upload within the deadline.
+HEADER_TIMEOUT_S = 30.0
+UPLOAD_DEADLINE_S = 3600.0
 
 
 def default_data_dir() -> Path:
@@ -63,6 +71,10 @@ class Settings:
     max_upload_bytes: int = 512 * MIB
     max_decompressed_bytes: int = 2048 * MIB
     max_inline_bytes: int = MAX_INLINE_BYTES
+    # ops per upload, checked from a parquet footer before any row is read (admits a 16M-op job)
+    max_ops: int | None = DEFAULT_MAX_OPS
+    # one profiler-JSON document, decoded (the parse needs ~6 bytes of memory per byte)
+    max_json_bytes: int | None = 512 * MIB
     preload_sample: bool = False
     trace_cache_size: int = 4
     # heavy work: worker processes (None = one per core, 0 = threads of the server process) and
@@ -79,6 +91,20 @@ class Settings:
     slack_signing_secret: str | None = None
     mattermost_token: str | None = None
     chat_answer_s: float = 2.5  # slower slash-command answers go to response_url (platform limit 3 s)
+    # slow clients: headers within header_timeout_s, the whole upload body within upload_deadline_s
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    upload_deadline_s: float = UPLOAD_DEADLINE_S
+
+    def read_limits(self, expanded: int = 0) -> ReadLimits:
+        """The readers' budgets on this server: the decompression cap less what the upload's outer
+        gzip layer already inflated (``expanded``), and the op bound."""
+        left = max(0, self.max_decompressed_bytes - expanded)
+        return ReadLimits(
+            max_decompressed_bytes=left,
+            max_ops=self.max_ops,
+            max_parallel=1_000_000,
+            max_json_bytes=self.max_json_bytes,
+        )
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:
@@ -93,6 +119,8 @@ class Settings:
             raise SettingsError("--workers must be 0 (threads) or more")
         if self.max_queue < 0:
             raise SettingsError("the executor queue bound must be 0 or more")
+        if self.max_ops is not None and self.max_ops < 1:
+            raise SettingsError("--max-ops must be positive")
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 

@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from server.core import datalock
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
     id TEXT PRIMARY KEY,
@@ -51,6 +53,7 @@ CREATE INDEX IF NOT EXISTS traces_created ON traces(created_at);
 """
 
 TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+STAGING_RE = re.compile(r"^[0-9a-f]{16}$")
 
 
 def new_trace_id() -> str:
@@ -84,6 +87,7 @@ class Store:
         self.tmp_dir = self.data_dir / "tmp"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._locked = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -91,6 +95,8 @@ class Store:
         """Create the folders and schema, then clear what an interrupted upload left behind."""
         self.traces_dir.mkdir(parents=True, exist_ok=True)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        datalock.acquire(self.data_dir)  # a second live server stops here, before any cleanup
+        self._locked = True
         conn = sqlite3.connect(self.data_dir / "lens.sqlite3", check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -106,6 +112,9 @@ class Store:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._locked:
+                datalock.release(self.data_dir)
+                self._locked = False
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -113,12 +122,15 @@ class Store:
         return self._conn
 
     def _recover(self) -> None:
+        # only names this server makes: staging folders (16 hex digits) and trace folders
+        # (32 hex digits); anything else a person put here is left alone
         for leftover in self.tmp_dir.iterdir():
-            shutil.rmtree(leftover, ignore_errors=True)
+            if STAGING_RE.match(leftover.name):
+                shutil.rmtree(leftover, ignore_errors=True)
         with self._lock:
             known = {row[0] for row in self._db().execute("SELECT id FROM traces")}
         for folder in self.traces_dir.iterdir():
-            if folder.name not in known:
+            if folder.name not in known and TRACE_ID_RE.match(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)
         missing = [tid for tid in known if not (self.traces_dir / tid).is_dir()]
         with self._lock:
@@ -172,19 +184,23 @@ class Store:
             trace_id = new_trace_id()
             staging.rename(self.traces_dir / trace_id)
             created = datetime.now(UTC).isoformat(timespec="seconds")
-            self._db().execute(
-                "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    trace_id,
-                    content_hash,
-                    name,
-                    created,
-                    size,
-                    json.dumps(files),
-                    json.dumps(options, sort_keys=True),
-                    json.dumps(summary),
-                ),
-            )
+            try:
+                self._db().execute(
+                    "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        trace_id,
+                        content_hash,
+                        name,
+                        created,
+                        size,
+                        json.dumps(files),
+                        json.dumps(options, sort_keys=True),
+                        json.dumps(summary),
+                    ),
+                )
+            except BaseException:  # a full disk: the folder goes, the stored traces stay as they were
+                shutil.rmtree(self.traces_dir / trace_id, ignore_errors=True)
+                raise
         record = self.get(trace_id)
         assert record is not None
         return record, True

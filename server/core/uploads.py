@@ -32,24 +32,32 @@ from server.core.staging import (
 FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
 MAX_FIELD_BYTES = 1024
 MAX_PARTS = 4096
+MAX_BOUNDARY = 200
 # An upload that sends nothing for this long is dropped (a stalled or half-dead client must not
 # hold a staging folder and a worker forever).
 IDLE_TIMEOUT_S = 60.0
 
 
-async def body_chunks(request: Request, idle_timeout: float = IDLE_TIMEOUT_S) -> AsyncIterator[bytes]:
-    """The request body, chunk by chunk; 408 when the client stalls for ``idle_timeout`` seconds."""
+async def body_chunks(
+    request: Request, idle_timeout: float = IDLE_TIMEOUT_S, deadline: float | None = None
+) -> AsyncIterator[bytes]:
+    """The request body, chunk by chunk; 408 when the client stalls for ``idle_timeout`` seconds
+    or the whole body takes longer than ``deadline`` seconds (a trickling client)."""
     stream = request.stream().__aiter__()
+    end = anyio.current_time() + deadline if deadline is not None else None
     while True:
+        wait = idle_timeout if end is None else min(idle_timeout, end - anyio.current_time())
         try:
-            with anyio.fail_after(idle_timeout):
+            with anyio.fail_after(max(wait, 0.0)):
                 chunk = await stream.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise ApiError(
-                408, "upload_timeout", f"no upload data for {idle_timeout:.0f} s; the upload was dropped"
-            ) from None
+            if end is not None and anyio.current_time() >= end:
+                message = f"the upload took longer than {deadline:.0f} s; it was dropped"
+            else:
+                message = f"no upload data for {idle_timeout:.0f} s; the upload was dropped"
+            raise ApiError(408, "upload_timeout", message, {"Connection": "close"}) from None
         yield chunk
 
 
@@ -142,7 +150,7 @@ class _MultipartState:
 
 
 async def receive_upload(
-    request: Request, folder: Path, budget: UploadBudget
+    request: Request, folder: Path, budget: UploadBudget, deadline: float | None = None
 ) -> tuple[list[StagedFile], dict[str, str]]:
     """Stream the request body into ``folder``; returns the staged files and the option fields.
 
@@ -165,6 +173,12 @@ async def receive_upload(
         boundary = params.get(b"boundary")
         if not boundary:
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
+        if len(boundary) > MAX_BOUNDARY:  # RFC 2046: 1-70 characters
+            raise ApiError(
+                400,
+                "bad_multipart",
+                f"multipart boundary of {len(boundary)} characters (at most {MAX_BOUNDARY})",
+            )
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
 
@@ -178,7 +192,7 @@ async def receive_upload(
 
         try:
             # parsing, inflating and writing run in a worker thread, about 1 MiB at a time
-            async for batch in batched(body_chunks(request)):
+            async for batch in batched(body_chunks(request, deadline=deadline)):
                 await anyio.to_thread.run_sync(feed, batch)
             await anyio.to_thread.run_sync(finish)
         except ApiError:
@@ -194,5 +208,5 @@ async def receive_upload(
         fields.update(state.fields)
         return state.files, fields
     name = safe_filename(fields.get("filename"), "trace")
-    staged = await write_stream(folder, name, body_chunks(request), budget)
+    staged = await write_stream(folder, name, body_chunks(request, deadline=deadline), budget)
     return [staged], fields

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec
 
@@ -17,11 +18,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from server.core import faults
 from server.core.errors import ApiError
 from server.core.security import PathNotAllowed
 from server.core.service import Lens
 
 P = ParamSpec("P")
+log = logging.getLogger("straggler_lens.server")
 
 # How a tool module reaches the running Lens (set by the app's lifespan, read per call).
 LensFn = Callable[[], Lens]
@@ -55,6 +58,17 @@ def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
             raise ToolError(exc.message) from exc
         except PathNotAllowed as exc:
             raise ToolError(str(exc)) from exc
+        except ToolError:
+            raise
+        except Exception as exc:  # the one mapping (disk full, a passed budget, bad input)
+            mapped = faults.api_error(exc)
+            if mapped is None:
+                log.exception("tool %s failed", fn.__name__, exc_info=exc)
+                raise ToolError(
+                    "internal error in the server (its log has the traceback); the stored traces "
+                    "are unchanged"
+                ) from exc
+            raise ToolError(mapped.message) from exc
 
     wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")
     return wrapper

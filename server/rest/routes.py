@@ -22,6 +22,7 @@ from server.core.uploads import receive_upload
 from server.rest.timeline import get_timeline
 
 MAX_PAGE = 100
+MAX_SIZE = 1_000_000  # parallel sizes, as the MCP tool's bound
 
 
 def lens_of(request: Request) -> Lens:
@@ -39,10 +40,10 @@ def int_param(
     try:
         value = int(raw)
     except ValueError:
-        raise ApiError(400, "bad_parameter", f"{name}={raw!r} is not an integer") from None
-    if value < lo or (hi is not None and value > hi):
-        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise ApiError(400, "bad_parameter", f"{name}={value} must be {bound}")
+        raise ApiError(400, "bad_parameter", f"{name}={raw[:40]!r} is not an integer") from None
+    hi = 2**62 if hi is None else hi  # beyond an int64 column (SQLite, numpy): OverflowError
+    if value < lo or value > hi:
+        raise ApiError(400, "bad_parameter", f"{name}={raw[:40]} must be between {lo} and {hi}")
     return value
 
 
@@ -65,8 +66,8 @@ def upload_options(fields: dict[str, str]) -> dict[str, Any]:
                 out[key] = int(raw)
             except ValueError:
                 raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
-            if out[key] < 1:
-                raise ApiError(400, "bad_parameter", f"{key}={raw} must be >= 1")
+            if not 1 <= out[key] <= MAX_SIZE:
+                raise ApiError(400, "bad_parameter", f"{key}={raw[:20]} must be between 1 and {MAX_SIZE}")
     return out
 
 
@@ -93,7 +94,7 @@ async def post_trace(request: Request) -> Response:
     # cancelled request cannot leak it
     staging = lens.store.staging_dir()
     try:
-        files, fields = await receive_upload(request, staging, budget)
+        files, fields = await receive_upload(request, staging, budget, settings.upload_deadline_s)
         options = upload_options(fields)
     except BaseException:
         lens.store.discard(staging)

@@ -48,6 +48,19 @@ def preflight(host: str, port: int, data_dir: object) -> str | None:
     return None
 
 
+def limit_options(args: argparse.Namespace) -> dict[str, object]:
+    """The budget options given on the command line, as ``Settings`` fields."""
+    out: dict[str, object] = {}
+    for arg, key in (("max_ops", "max_ops"), ("header_timeout", "header_timeout_s"),
+                     ("upload_deadline", "upload_deadline_s"), ("max_json_mb", "max_json_bytes")):
+        value = getattr(args, arg, None)
+        if value is not None:
+            if value <= 0:
+                raise SystemExit(f"straggler-lens serve: error: --{arg.replace('_', '-')} must be positive")
+            out[key] = int(value * 1024 * 1024) if arg == "max_json_mb" else value
+    return out
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -79,6 +92,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="extra Host name (or name:port) accepted besides loopback (repeatable)",
     )
     p.add_argument("--max-upload-mb", type=float, default=512, help="upload size cap in MiB (default 512)")
+    p.add_argument(
+        "--max-ops",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ops per uploaded trace, checked before rows are read (default 20,000,000)",
+    )
+    p.add_argument(
+        "--max-json-mb",
+        type=float,
+        default=None,
+        metavar="N",
+        help="decoded size of one profiler-JSON document in MiB (default 512)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a client may take to send a request's headers (default 30)",
+    )
+    p.add_argument(
+        "--upload-deadline",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a whole upload body may take (default 3600)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -190,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             preload_sample=args.preload_sample,
             workers=args.workers,
+            **limit_options(args),
         )
     except (SettingsError, RulesError) as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
@@ -198,6 +240,14 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"straggler-lens serve: error: {problem}", file=sys.stderr)
         return 2
+    from server.core import datalock
+    from server.core.slow_clients import protocol_with_header_timeout
+
+    try:  # held for the life of this process; the kernel drops it if the process dies
+        datalock.acquire(settings.data_dir)
+    except datalock.DataDirLocked as exc:
+        print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(
@@ -205,5 +255,12 @@ def run(args: argparse.Namespace) -> int:
         f"(data in {settings.data_dir})",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        proxy_headers=False,
+        http=protocol_with_header_timeout(settings.header_timeout_s),
+    )
     return 0
