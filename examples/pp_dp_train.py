@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=20.0, help="gloo timeout in seconds")
     p.add_argument("--out", type=Path, required=True, help="directory for the traces")
+    p.add_argument("--report-to", default=None, metavar="URL",
+                   help="stream each rank's trace to a Straggler Lens server (token: $STRAGGLER_LENS_TOKEN)")
+    p.add_argument("--job", default="pp-dp-train", help="job name for --report-to")
     a = p.parse_args(argv)
     if a.dp < 1 or a.pp < 1 or a.steps < 3 or a.microbatches < a.pp:
         p.error("need dp>=1, pp>=1, steps>=3 and microbatches>=pp")
@@ -246,10 +249,22 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
         return loss_sum
 
     trace_path = a.out / "traces" / f"kineto_rank{rank}.json.gz"
+    reporter = None
+    if a.report_to:  # the ingestion client: the upload runs on its own thread, never raises
+        from server.ingest_client import LensReporter
+
+        reporter = LensReporter(a.report_to, a.job, rank=rank, world_size=world, run=a.run_id,
+                                out_dir=a.out / "lens")
+
+    def on_trace_ready(p: Any) -> None:
+        p.export_chrome_trace(str(trace_path))
+        if reporter is not None:
+            reporter.submit(trace_path, reporter.window_id(p.step_num))
+
     prof = profile(
         activities=[ProfilerActivity.CPU],
         schedule=schedule(wait=1, warmup=1, active=a.steps - 2),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+        on_trace_ready=on_trace_ready,
     )
     with prof:
         for step in range(a.steps):
@@ -259,6 +274,8 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
             if last and dp_rank == 0:
                 print(f"step {step} loss {loss:.4f}", flush=True)
     del heap
+    if reporter is not None:
+        reporter.close(60)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -278,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "argv": sys.argv[1:] if argv is None else list(argv),
     }
     (a.out / "injections.json").write_text(json.dumps(injections, indent=1) + "\n")
+    a.run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"  # one window id on every rank
     with tempfile.TemporaryDirectory(prefix="sl-store-") as tmp:
         mp.spawn(worker, args=(a, os.path.join(tmp, "store")), nprocs=world, join=True)
     return 0

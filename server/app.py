@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -18,11 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from server.chat import commands as chat
 from server.core.errors import ApiError, error_response
+from server.core.monitor import start_monitor
 from server.core.runtime import LensHolder, app_version, log, open_lens
 from server.core.security import HostPolicy, SecurityMiddleware
 from server.core.settings import Settings
 from server.mcp.tools import build_mcp
+from server.rest import jobs as rest_jobs
 from server.rest import routes as rest
 
 # Request-body cap of /mcp: an inline upload of 1 MiB grows by 4/3 in base64, plus JSON framing.
@@ -62,14 +66,18 @@ def create_app(settings: Settings) -> Starlette:
         async with open_lens(settings) as lens:
             holder.lens = lens
             app.state.lens = lens
+            # the monitoring service: window assembly, background analysis, alert delivery
+            app.state.monitor = holder.monitor = monitor = start_monitor(lens)
             try:
-                async with mcp.session_manager.run():
+                async with anyio.create_task_group() as tg, mcp.session_manager.run():
+                    tg.start_soon(monitor.run)
                     yield
+                    tg.cancel_scope.cancel()
             finally:
-                holder.lens = None
+                holder.lens = holder.monitor = None
 
     app = Starlette(
-        routes=[*rest.routes(), Route("/mcp", endpoint=mcp_app)],
+        routes=[*rest.routes(), *rest_jobs.routes(), *chat.routes(), Route("/mcp", endpoint=mcp_app)],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=lifespan,

@@ -46,7 +46,7 @@ class TraceRef:
     def of(
         cls, key: str, paths: list[Path] | list[str], options: dict[str, Any], folder: Path | str
     ) -> TraceRef:
-        opts = tuple(sorted((k, options[k]) for k in READ_KEYS if options.get(k) is not None))
+        opts = tuple(sorted((k, options[k]) for k in (*READ_KEYS, "partial") if options.get(k) is not None))
         return cls(key, tuple(str(p) for p in paths), opts, str(folder))
 
 
@@ -179,10 +179,12 @@ def open_library() -> Any:
 
 
 def read_options(options: dict[str, Any]) -> Any:
-    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes)."""
+    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes; a
+    ``partial`` window, assembled without some ranks, is read as the smaller job it holds)."""
     from diagnosers.readers import ReadOptions
 
-    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
+    extra: dict[str, object] = {"partial": True} if options.get("partial") else {}
+    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None}, extra=extra)
 
 
 def _load(ref: TraceRef) -> Trace:

@@ -116,6 +116,7 @@ class LensHolder:
 
     def __init__(self) -> None:
         self.lens: Lens | None = None
+        self.monitor: Any = None  # the running server's Monitor (MCP job tools)
 
     def require(self) -> Lens:
         if self.lens is None:

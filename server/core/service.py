@@ -196,7 +196,7 @@ class Lens:
         try:
             if all(f.name.lower().endswith(META_SUFFIXES) for f in files):
                 raise ApiError(400, "no_trace_files", "the upload holds only meta yaml files, no trace")
-            opts = {k: options.get(k) for k in READ_KEYS if options.get(k) is not None}
+            opts = {k: options.get(k) for k in (*READ_KEYS, "partial") if options.get(k) is not None}
             chash = content_hash(files, opts)
             existing = self.store.find_by_hash(chash)
             if existing is not None:

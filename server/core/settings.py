@@ -10,6 +10,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MIB = 1024 * 1024
 
@@ -68,6 +69,16 @@ class Settings:
     # how many jobs may wait for one before requests are refused with a 503
     workers: int | None = None
     max_queue: int = 64
+    # the monitoring service (server/core/monitor.py): window grace period, lease and poll seconds,
+    # the address chat platforms see, parsed --alerts rules, slash-command secrets
+    grace_s: float = 300.0
+    lease_s: float = 60.0
+    poll_s: float = 0.5
+    public_url: str | None = None
+    alerts: Any = None
+    slack_signing_secret: str | None = None
+    mattermost_token: str | None = None
+    chat_answer_s: float = 2.5  # slower slash-command answers go to response_url (platform limit 3 s)
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

@@ -163,6 +163,9 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         from server.mcp.incidents import register_incident_tools
 
         register_incident_tools(mcp, lens, have)
+    from server.mcp.jobs import register_job_tools
+
+    register_job_tools(mcp, lambda: getattr(holder, "monitor", None))
 
     # -- resources and prompt ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from server.core.errors import ErrorBody
+from server.core.jobs_api import AlertDetail, AlertList, Comparison, JobDetail, JobList, WindowDetail
 from server.core.models import Health, TraceInfo, TraceList, UploadResult
 
 
@@ -164,6 +165,8 @@ def build_openapi(version: str) -> dict[str, Any]:
         },
     }
     paths.update(incident_paths())
+    paths.update(job_paths())
+    schemas.update(_schemas(list(JOB_MODELS)))
     return {
         "openapi": "3.1.0",
         "info": {"title": "Straggler Lens", "version": version},
@@ -214,4 +217,66 @@ def incident_paths() -> dict[str, Any]:
         "/api/vocab": {
             "get": {"summary": "Cause ids, patterns, categories", "responses": {"200": obj, **ERRORS}}
         },
+    }
+
+
+JOB_MODELS = (JobList, JobDetail, WindowDetail, Comparison, AlertList, AlertDetail)
+
+
+def job_paths() -> dict[str, Any]:
+    """The monitoring routes: live ingestion, jobs and windows, comparisons, alerts."""
+    job, window = _path("job", "job name"), _path("window", "window id")
+    md = {"description": "Markdown", "content": {"text/markdown": {"schema": {"type": "string"}}}}
+    conflict = {"409": _json("ErrorBody", "the window is assembled already / not analysed yet")}
+
+    def get(summary: str, params: list[Any], ok: dict[str, Any], more: dict[str, Any] | None = None) -> Any:
+        return {
+            "get": {
+                "summary": summary,
+                "parameters": params,
+                "responses": {"200": ok, **ERRORS, **(more or {})},
+            }
+        }
+
+    upload = {
+        "summary": "Live ingestion: one rank's trace of a profiling window (gzip or plain body)",
+        "parameters": [
+            job,
+            window,
+            {"name": "rank", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
+            _q("world_size", "ranks the window expects (else taken from the first Kineto file)", "integer"),
+            _q("format", "reader name; default: detect"),
+            _q("filename", "the file's name (its suffix helps detect the format)"),
+        ],
+        "requestBody": {
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+        },
+        "responses": {
+            "201": {"description": "stored (the window's status in the body)"},
+            "200": {"description": "the same file was stored before"},
+            **ERRORS,
+            **conflict,
+        },
+    }
+    return {
+        "/api/jobs/{job}/windows/{window}/ranks/{rank}": {"put": upload, "post": upload},
+        "/api/jobs": get("Monitored jobs", [*PAGE, _q("q", "glob on the job name")], _json("JobList", "ok")),
+        "/api/jobs/{job}": get(
+            "A job's windows and trend", [job, _q("limit", "1..100", "integer")], _json("JobDetail", "ok")
+        ),
+        "/api/jobs/{job}/windows/{window}": get("A window", [job, window], _json("WindowDetail", "ok")),
+        "/api/jobs/{job}/windows/{window}/diagnosis.md": get(
+            "A window's diagnosis as Markdown", [job, window], md, conflict
+        ),
+        "/api/jobs/{job}/compare": get(
+            "Compare two windows",
+            [job, _q("before", "window id", required=True), _q("after", "window id", required=True)],
+            _json("Comparison", "ok"),
+            conflict,
+        ),
+        "/api/traces/{trace_id}/diagnosis.md": get("A trace's diagnosis as Markdown", [TRACE], md),
+        "/api/alerts": get("Alerts", [*PAGE, _q("job", "only this job")], _json("AlertList", "ok")),
+        "/api/alerts/{alert_id}": get(
+            "An alert and its delivery log", [_path("alert_id", "alert id")], _json("AlertDetail", "ok")
+        ),
     }

@@ -88,17 +88,99 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--preload-sample", action="store_true", help="store the bundled ST sample trace at start")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_monitor_options(p)
     p.set_defaults(func=run)
+
+
+def add_monitor_options(p: argparse.ArgumentParser) -> None:
+    """Options of the monitoring service: live windows, alerts, chat commands."""
+    g = p.add_argument_group("monitoring (live windows, alerts, chat)")
+    g.add_argument("--alerts", default=None, metavar="FILE", help="alert rules YAML (see docs/ALERTS.md)")
+    g.add_argument(
+        "--grace",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a window waits for missing ranks after its first one (default 300)",
+    )
+    g.add_argument(
+        "--lease",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds a claimed analysis or delivery is held without renewal (default 60)",
+    )
+    g.add_argument("--poll", type=float, default=0.5, metavar="S", help=argparse.SUPPRESS)
+    g.add_argument(
+        "--public-url",
+        default=None,
+        metavar="URL",
+        help="this server's address as chat platforms see it (links; heatmap images in chat)",
+    )
+    g.add_argument(
+        "--slack-signing-secret-file",
+        default=None,
+        metavar="F",
+        help="Slack app signing secret: enables POST /api/chat/slack",
+    )
+    g.add_argument(
+        "--mattermost-token-file",
+        default=None,
+        metavar="F",
+        help="Mattermost slash-command token: enables POST /api/chat/mattermost",
+    )
+
+
+def monitor_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The Settings fields of the monitoring options; reads and validates the files they name."""
+    from pathlib import Path
+
+    from diagnosers.vocab import CauseId
+    from server.core.alert_rules import load_rules
+    from server.core.settings import SettingsError
+
+    def secret(path: str | None, option: str) -> str | None:
+        if path is None:
+            return None
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SettingsError(f"cannot read {option} {path}: {exc.strerror}") from exc
+        if len(text) < 8:
+            raise SettingsError(f"{option} {path} holds a secret shorter than 8 characters")
+        return text
+
+    for name in ("grace", "lease", "poll"):
+        if getattr(args, name) <= 0:
+            raise SettingsError(f"--{name} must be positive")
+    rules = load_rules(args.alerts, {str(c) for c in CauseId}) if args.alerts else None
+    if rules is not None and args.lease < 2 * rules.delivery.timeout_s:
+        # a delivery try must end well inside its lease, or a second server could send it too
+        raise SettingsError(
+            f"--lease {args.lease:g} must be at least twice the alerts' delivery timeout "
+            f"({rules.delivery.timeout_s:g} s in {args.alerts})"
+        )
+    return {
+        "alerts": rules,
+        "grace_s": args.grace,
+        "lease_s": args.lease,
+        "poll_s": args.poll,
+        "public_url": args.public_url.rstrip("/") if args.public_url else None,
+        "slack_signing_secret": secret(args.slack_signing_secret_file, "--slack-signing-secret-file"),
+        "mattermost_token": secret(args.mattermost_token_file, "--mattermost-token-file"),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.core.alert_rules import RulesError
     from server.core.settings import Settings, SettingsError
 
     try:
         settings = Settings.build(
+            **monitor_settings(args),
             data_dir=args.data_dir,
             token_file=args.token_file,
             allow_dirs=args.allow_dir,
@@ -109,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             preload_sample=args.preload_sample,
             workers=args.workers,
         )
-    except SettingsError as exc:
+    except (SettingsError, RulesError) as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
         return 2
     problem = preflight(args.host, args.port, settings.data_dir)
