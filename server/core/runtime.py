@@ -19,7 +19,7 @@ from server.core import jobs
 from server.core.executor import Executor, LocalExecutor, ProcessExecutor
 from server.core.service import Lens
 from server.core.settings import Settings
-from server.core.store import Store
+from server.core.store import open_store
 
 log = logging.getLogger("straggler_lens.server")
 
@@ -94,7 +94,8 @@ def preload_sample(lens: Lens) -> str:
 async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
     """Open the store, the incident library and the executor; close them on the way out."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = await anyio.to_thread.run_sync(Store(settings.data_dir).open)
+    store = open_store(settings.data_dir, settings.database, settings.replica)
+    await anyio.to_thread.run_sync(store.open)
     executor: Executor | None = None
     try:
         library = await anyio.to_thread.run_sync(open_library)
