@@ -63,7 +63,18 @@ def open_library() -> Any:
 def open_executor(settings: Settings, with_library: bool) -> Executor:
     """The executor of a running server: worker processes (one per core by default, each with
     its trace cache and, when the server has one, the incident library), or threads when
-    ``settings.workers == 0``."""
+    ``settings.workers == 0``; with ``settings.executor == "ray"``, tasks on the Ray cluster at
+    ``settings.ray_address`` (a local Ray without one), each Ray worker set up like a process."""
+    if settings.executor == "ray":
+        from server.core.ray_executor import RayExecutor
+
+        return RayExecutor(
+            settings.ray_address,
+            settings.workers or None,
+            settings.max_queue,
+            initializer=jobs.init_worker,
+            initargs=(settings.trace_cache_size, with_library),
+        )
     if settings.workers == 0:
         return LocalExecutor(max_queue=settings.max_queue)
     pool = ProcessExecutor(
