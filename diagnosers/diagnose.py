@@ -21,7 +21,14 @@ from diagnosers.heatmap import Heatmap, job_heatmap
 from diagnosers.model import Trace
 from diagnosers.remedies import Remedy
 from diagnosers.report import Fidelity, WhatIfReport, assess_fidelity
-from diagnosers.vocab import UNRELIABLE_CONFIDENCE_FACTOR, CauseId, CauseSignature, FidelityVerdict, Resource
+from diagnosers.vocab import (
+    MIN_STALL_STEPS_EXPLAINED,
+    UNRELIABLE_CONFIDENCE_FACTOR,
+    CauseId,
+    CauseSignature,
+    FidelityVerdict,
+    Resource,
+)
 
 if TYPE_CHECKING:
     from diagnosers.whatif import WhatIfEngine
@@ -183,7 +190,8 @@ def explained_launch_error(report: WhatIfReport, causes: Sequence[CauseMatch]) -
     the no-delay simulated step time (the error's own base), and the ids of those causes.
 
     A launch-resource cause (a dataloader stall) states its idle seconds per step in its evidence
-    (``stall_s_per_step``); those seconds are time the dependency model leaves out on purpose."""
+    (``stall_s_per_step``); those seconds are time the dependency model leaves out on purpose,
+    provided the stall recurs in at least ``MIN_STALL_STEPS_EXPLAINED`` traced steps."""
     nd = report.step_times.no_delay
     t_nd = sum(nd.values()) / len(nd) if nd else 0.0
     if t_nd <= 0:
@@ -191,7 +199,8 @@ def explained_launch_error(report: WhatIfReport, causes: Sequence[CauseMatch]) -
     seconds, by = 0.0, []
     for c in causes:
         v = c.evidence.get("stall_s_per_step")
-        if c.pattern.resource is Resource.LAUNCH and isinstance(v, (int, float)) and v > 0:
+        recurs = int(c.evidence.get("steps_stalling", 0) or 0) >= MIN_STALL_STEPS_EXPLAINED
+        if c.pattern.resource is Resource.LAUNCH and isinstance(v, (int, float)) and v > 0 and recurs:
             seconds += float(v)
             by.append(c.id.value)
     return seconds / t_nd, by

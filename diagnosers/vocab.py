@@ -192,6 +192,11 @@ class FidelityVerdict(StrEnum):
 #   threshold (S near 1.1, a share near 25%) may move by the unexplained amount.
 FIDELITY_GOOD_MAX = DECOMPOSE_THRESHOLD - 1.0
 FIDELITY_UNRELIABLE_ABOVE = 0.05
+# A stall's idle time counts as explained only when the stall is seen in at least this many traced
+# steps: an idle gap before the first op of a single traced step cannot be told from lag carried
+# over from before the profiling window (ranks that enter the step late for a reason no traced op
+# shows), so with one step the gap stays unexplained and the verdict says so.
+MIN_STALL_STEPS_EXPLAINED = 2
 # When the fidelity is unreliable every cause's confidence is multiplied by
 # min(UNRELIABLE_CONFIDENCE_FACTOR, 1 / (1 + unexplained error)): the evidence comes from a
 # simulated job that covers only 1 / (1 + u) of the measured step, and halving at least keeps even

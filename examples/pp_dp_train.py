@@ -21,7 +21,16 @@ Straggler injections (all real, nothing is faked in the trace):
 - ``--gc-pause``: on steps where ``step % 3 == 2`` one victim (rank, microbatch) drawn from
   ``--seed`` runs a full ``gc.collect()`` over a large heap of tracked objects inside its forward;
 - ``--stall-rank R --stall-ms X``: rank R's data loading (``batch-generator``) sleeps X ms at the
-  start of every step.
+  start of every step;
+- ``--slow-from-step K``: the slow rank is slow only from step K on (a machine that starts
+  throttling inside the profiled window);
+- ``--send-delay-rank R --send-delay-ms X``: every ``forward-send`` (and the send half of the
+  combined steady-state ops) of rank R sleeps X ms inside the span, before the transfer: a slow
+  P2P link out of R;
+- ``--var-seq``: each microbatch's sequence length is drawn (seeded, per step, DP rank and
+  microbatch) between ``--seq / 4`` and ``--seq * 2``, so microbatches cost differently;
+- ``--layers-per-stage 1,3,1``: blocks per stage (overrides ``--layers`` and
+  ``--last-stage-layers``); written to ``injections.json`` as the partition.
 
 ``injections.json`` in the output directory records what was injected (including GC victims).
 A short gloo timeout (``--timeout``) makes a broken schedule fail instead of hanging.
@@ -69,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gc-heap", type=int, default=1_500_000, help="tracked objects the GC must walk")
     p.add_argument("--stall-rank", type=int, default=None, help="rank whose data loading stalls")
     p.add_argument("--stall-ms", type=float, default=150.0)
+    p.add_argument("--slow-from-step", type=int, default=0,
+                   help="the slow rank is slow from this step on (default: every step)")
+    p.add_argument("--send-delay-rank", type=int, default=None, help="rank whose P2P sends are slow")
+    p.add_argument("--send-delay-ms", type=float, default=20.0, help="extra ms inside each such send")
+    p.add_argument("--var-seq", action="store_true", help="variable sequence length per microbatch")
+    p.add_argument("--layers-per-stage", type=str, default=None,
+                   help="comma-separated blocks per stage, e.g. 1,3,1 (overrides --layers)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=20.0, help="gloo timeout in seconds")
     p.add_argument("--out", type=Path, required=True, help="directory for the traces")
@@ -78,7 +94,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.dp < 1 or a.pp < 1 or a.steps < 3 or a.microbatches < a.pp:
         p.error("need dp>=1, pp>=1, steps>=3 and microbatches>=pp")
-    for name in ("slow_rank", "stall_rank"):
+    if a.layers_per_stage is not None:
+        try:
+            a.partition = [int(x) for x in a.layers_per_stage.split(",")]
+        except ValueError:
+            p.error(f"--layers-per-stage {a.layers_per_stage!r} is not a comma-separated list of ints")
+        if len(a.partition) != a.pp or min(a.partition) < 1:
+            p.error(f"--layers-per-stage needs {a.pp} positive entries, got {a.layers_per_stage!r}")
+    else:
+        a.partition = [a.layers] * a.pp
+        if a.last_stage_layers:
+            a.partition[-1] = a.last_stage_layers
+    for name in ("slow_rank", "stall_rank", "send_delay_rank"):
         r = getattr(a, name)
         if r is not None and not 0 <= r < a.dp * a.pp:
             p.error(f"--{name.replace('_', '-')} {r} is not a rank of a {a.dp * a.pp}-rank job")
@@ -131,28 +158,42 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
     next_rank = rank + a.dp if not last else None
 
     torch.manual_seed(1000 + stage)  # DP replicas of a stage start identical
-    n_layers = a.last_stage_layers if (last and a.last_stage_layers) else a.layers
+    n_layers = a.partition[stage]
     model = nn.Sequential(*[Block(a.hidden) for _ in range(n_layers)])
     head = nn.Linear(a.hidden, a.hidden) if last else None
     params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     shape = (a.mbs, a.seq, a.hidden)
     victims = gc_victims(a)
-    slow_all = a.slow_rank == rank and not a.slow_forward_only
+    slow_all_ever = a.slow_rank == rank and not a.slow_forward_only
     # The heap a full collection has to walk: many small tracked containers, kept alive.
     heap = [[i] for i in range(a.gc_heap)] if any(r == rank for r, _ in victims.values()) else []
 
+    def seq_len(step: int, mb: int, dp_r: int) -> int:
+        """The microbatch's sequence length: fixed, or drawn per (step, DP rank, microbatch); every
+        stage of a replica draws the same, so activations keep their shape along the pipeline."""
+        if not a.var_seq:
+            return a.seq
+        r = random.Random(a.seed * 7919 + step * 1000 + mb * 10 + dp_r)
+        return r.randint(max(1, a.seq // 4), 2 * a.seq)
+
+    def mb_shape(step: int, mb: int) -> tuple[int, int, int]:
+        return (a.mbs, seq_len(step, mb, dp_rank), a.hidden)
+
     def data(step: int, mb: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(step * 1000 + mb * 10 + dp_rank)
-        return torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        sh = mb_shape(step, mb)
+        return torch.randn(sh, generator=g), torch.randn(sh, generator=g)
 
     def send_recv(name: str, send: torch.Tensor | None, send_to: int | None,
-                  recv_from: int | None) -> torch.Tensor | None:
+                  recv_from: int | None, recv_shape: tuple[int, int, int] = shape) -> torch.Tensor | None:
         """One P2P op (or a batched pair) under its NDTimeline name; no span when nothing moves."""
         if (send is None or send_to is None) and recv_from is None:
             return None
-        buf = torch.empty(shape) if recv_from is not None else None
+        buf = torch.empty(recv_shape) if recv_from is not None else None
         with record_function(name):
+            if a.send_delay_rank == rank and name.startswith("forward-send") and send is not None:
+                time.sleep(a.send_delay_ms / 1e3)  # a slow link: the transfer itself takes longer
             ops = []
             if send is not None and send_to is not None:
                 ops.append(dist.P2POp(dist.isend, send, send_to))
@@ -185,7 +226,7 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
                 if head is not None:
                     out = nn.functional.mse_loss(head(out), batches[mb][1])
                     loss_sum += float(out.detach())
-                if a.slow_rank == rank:
+                if a.slow_rank == rank and step >= a.slow_from_step:
                     time.sleep(a.slow_ms / 1e3)
                 if victims.get(step) == (rank, mb):
                     gc.collect()  # a real full collection over `heap`
@@ -199,7 +240,7 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
             bwd_i += 1
             with record_function("backward-compute"):
                 out = outputs[i]
-                if slow_all:
+                if slow_all_ever and step >= a.slow_from_step:
                     time.sleep(2 * a.slow_ms / 1e3)
                 if last:
                     out.backward()
@@ -211,24 +252,27 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
 
         warmup = min(a.pp - stage - 1, a.microbatches)
         steady = a.microbatches - warmup
+        # Receive shapes follow the microbatch being received (forwards in order, backwards too).
         with record_function("forward-backward"):
             for _ in range(warmup):
-                inp = send_recv("forward-recv", None, None, prev_rank)
+                inp = send_recv("forward-recv", None, None, prev_rank, mb_shape(step, fwd_i))
                 out = forward(inp)
                 send_recv("forward-send", out.detach(), next_rank, None)
-            inp = send_recv("forward-recv", None, None, prev_rank) if steady > 0 else None
+            inp = (send_recv("forward-recv", None, None, prev_rank, mb_shape(step, fwd_i))
+                   if steady > 0 else None)
             for i in range(steady):
                 out = forward(inp)
                 grad = send_recv("forward-send-backward-recv", None if last else out.detach(),
-                                 next_rank, next_rank)
+                                 next_rank, next_rank, mb_shape(step, bwd_i))
                 g = backward(grad)
                 if i == steady - 1:
                     inp = None
                     send_recv("backward-send", g, prev_rank, None)
                 else:
-                    inp = send_recv("backward-send-forward-recv", g, prev_rank, prev_rank)
+                    inp = send_recv("backward-send-forward-recv", g, prev_rank, prev_rank,
+                                    mb_shape(step, fwd_i))
             for _ in range(warmup):
-                grad = send_recv("backward-recv", None, None, next_rank)
+                grad = send_recv("backward-recv", None, None, next_rank, mb_shape(step, bwd_i))
                 g = backward(grad)
                 send_recv("backward-send", g, prev_rank, None)
         with record_function("grads-reduce"):
@@ -242,7 +286,7 @@ def worker(rank: int, a: argparse.Namespace, store_path: str) -> None:
                     p.grad.copy_(flat[off:off + n].view_as(p.grad))
                     off += n
         with record_function("optimizer"):
-            if slow_all:
+            if slow_all_ever and step >= a.slow_from_step:
                 time.sleep(a.slow_ms / 2e3)
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -287,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     injections = {
         "dp": a.dp, "pp": a.pp, "steps": a.steps, "microbatches": a.microbatches,
         "layers": a.layers, "last_stage_layers": a.last_stage_layers,
+        "layers_per_stage": a.partition,
+        "slow_from_step": a.slow_from_step if a.slow_rank is not None else None,
+        "send_delay_rank": a.send_delay_rank,
+        "send_delay_ms": a.send_delay_ms if a.send_delay_rank is not None else None,
+        "var_seq": a.var_seq,
         "slow_rank": a.slow_rank, "slow_ms": a.slow_ms if a.slow_rank is not None else None,
         "slow_forward_only": a.slow_forward_only if a.slow_rank is not None else None,
         "stall_rank": a.stall_rank, "stall_ms": a.stall_ms if a.stall_rank is not None else None,

@@ -22,6 +22,8 @@ Evidence, all of which must hold:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from diagnosers.detectors.base import (
@@ -33,6 +35,15 @@ from diagnosers.detectors.base import (
     host_cluster,
     rounded,
 )
+from diagnosers.detectors.peers import (
+    ChangePoint,
+    NoiseFloor,
+    change_point,
+    noise_floor,
+    partition_explains,
+    peer_ratio,
+    peer_reference,
+)
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, OPT
 from diagnosers.heatmap import worker_matrix
@@ -40,6 +51,8 @@ from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
 PERSIST_FRACTION = 0.75
+# The weaker "outlier worker" finding (no signature matched): S_w and speed this many robust sigma out.
+FALLBACK_Z = 2.5
 # A machine slow in only some kernels (e.g. forwards) must be slow in nearly all of them.
 CONSISTENT_FRACTION = 0.9
 SLOW_OP = 1.2
@@ -47,6 +60,17 @@ SLOW_OP = 1.2
 # is at least this many robust standard deviations (MAD) from the others'. Gaussian spread reaches
 # 5 sigma once in ~3.5 million workers, so a slowest-of-many healthy GPU does not pass.
 OUTLIER_Z = 5.0
+# An onset: a clean upward change point in a worker's per-step ratio to its peers, the jump at
+# least this many noise units (standard errors of the two means), with at least two slow steps.
+ONSET_Z = 4.0
+ONSET_MIN_AFTER = 2
+# ... and at least two normal steps before it: one normal step then two slow ones is what a burst
+# of CPU contention on a shared host looks like too.
+ONSET_MIN_BEFORE = 2
+# A hot cell is slow in its own compute when its typical ratio to its peers stands this many
+# standard errors above the noise floor, and at least MIN_EXCESS (2%) above them.
+OWN_Z = 3.0
+MIN_EXCESS = 0.02
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -61,32 +85,18 @@ def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
     return sorted(cells, key=lambda c: -excess[c[1], c[0]])
 
 
-def peer_reference(values: np.ndarray, cells: list[tuple[int, int]]) -> np.ndarray:
-    """(S, pp) reference per step and stage: the median of ``values`` (S, dp, pp) over the workers of
-    that stage outside ``cells``; over every worker outside ``cells`` when the whole stage is in it."""
-    n_s, dp, pp = values.shape
-    inside = np.zeros((dp, pp), dtype=bool)
-    for d, p in cells:
-        inside[d, p] = True
-    out = np.empty((n_s, pp))
-    everyone_else = values[:, ~inside] if (~inside).any() else values.reshape(n_s, -1)
-    fallback = np.median(everyone_else, axis=1)
-    for p in range(pp):
-        peers = ~inside[:, p]
-        out[:, p] = np.median(values[:, peers, p], axis=1) if peers.any() else fallback
-    return out
-
-
 def compute_ratios(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
-    """(S, len(cells)): each cell's per-step compute over its peers' (``peer_reference``)."""
+    """(S, len(cells)): each cell's per-step compute over its peers' (``peer_reference``, all the
+    cells left out)."""
     ref = peer_reference(stats.compute, cells)
     cols = [stats.compute[:, d, p] / np.maximum(ref[:, p], 1e-12) for d, p in cells]
     return np.stack(cols, axis=1) if cols else np.zeros((stats.n_steps, 0))
 
 
 def slow_cells(stats: TraceStats, cells: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The candidate cells whose own compute is slow: typical ratio to peers at least half the
-    slowest cell's excess. A cell hot in S_w only because it waits on a slow neighbour drops out."""
+    """The candidate cells whose own compute is slow: typical ratio to peers (all candidates left
+    out) at least half the slowest cell's excess. Used for host clusters, whose cells may fill a
+    stage; single workers use :func:`own_slow` (leave-one-out)."""
     if not cells:
         return []
     med = np.median(compute_ratios(stats, cells), axis=0) - 1.0
@@ -96,28 +106,82 @@ def slow_cells(stats: TraceStats, cells: list[tuple[int, int]]) -> list[tuple[in
     return [c for c, m in zip(cells, med, strict=True) if m >= 0.5 * top]
 
 
-def persistence(stats: TraceStats, cells: list[tuple[int, int]]) -> tuple[float, float]:
-    """(fraction of steps in which every cell's compute excess over its peers is at least half its
-    typical excess, mean compute ratio to peers). Uniform noise moves from step to step."""
-    r = compute_ratios(stats, cells)
-    if r.size == 0:
-        return 0.0, 1.0
-    typical = np.median(r, axis=0) - 1.0
-    if (typical <= 0).any():
-        return 0.0, float(r.mean())
-    ok = ((r - 1.0) >= 0.5 * typical[None, :]).all(axis=1)
-    return float(ok.mean()), float(r.mean())
+@dataclass
+class CellTiming:
+    """One candidate's per-step log compute ratio to its peers and what it says over time."""
+
+    cell: tuple[int, int]
+    r: np.ndarray  # (S,) log(compute / peers' median), the cell left out of its reference
+    typical: float  # the slow level: median of r, or the level after an onset
+    persist: float  # fraction of steps that are slow (against the noise floor)
+    onset: ChangePoint | None  # set when the cell was normal first and slow from ``onset.index``
+
+    @property
+    def affected(self) -> np.ndarray:
+        """(S,) the steps the cell is slow in (all of them unless an onset)."""
+        m = np.ones(len(self.r), dtype=bool)
+        if self.onset is not None:
+            m[: self.onset.index] = False
+        return m
 
 
-def outlier_z(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
+def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
+                leave_out: list[tuple[int, int]] | None = None) -> CellTiming:
+    """The cell's timing against the noise floor, judged on its own (not jointly with the others).
+
+    A step is slow when its log ratio reaches ``step_threshold``: half the cell's typical excess
+    where the noise is small, down to a quarter of it (never below the floor) where the job is
+    noisy. An onset is a clean upward change point (``peers.change_point``) whose jump stands at
+    least ``ONSET_Z`` noise units out, with the steps before it at the healthy level."""
+    r = np.log(np.maximum(peer_ratio(stats.compute, cell, leave_out or []), 1e-12))
+    typical = float(np.median(r))
+    onset = None
+    if stats.n_steps >= ONSET_MIN_AFTER + ONSET_MIN_BEFORE:
+        cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
+        if cp is not None and cp.z >= ONSET_Z and cp.after > 0:
+            jump = cp.after - cp.before
+            low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
+            clean = low_before and jump >= 0.5 * max(typical, cp.after)
+            if clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor):
+                onset = cp
+                typical = cp.after
+    thr = step_threshold(typical, floor)
+    affected = r if onset is None else r[onset.index:]
+    persist = float(np.mean(affected >= thr)) if typical > 0 else 0.0
+    return CellTiming(cell, r, typical, persist, onset)
+
+
+def step_threshold(typical: float, floor: NoiseFloor) -> float:
+    """Log ratio a step must reach to count as slow for a cell of this typical excess."""
+    return min(0.5 * typical, max(floor.step, 0.25 * typical))
+
+
+def own_slow(stats: TraceStats, cells: list[tuple[int, int]], floor: NoiseFloor) -> list[CellTiming]:
+    """The candidates that are hot because their *own* compute is slow, not because they wait.
+
+    Each cell is compared with its stage peers with only itself left out: in small DP the peer of a
+    slow worker is hot too (it waits in the collectives) but its own compute is normal or fast, so
+    it drops out here. Kept: typical excess at least half the slowest cell's and above the noise
+    (``OWN_Z`` standard errors of a typical ratio)."""
+    timings = [cell_timing(stats, c, floor) for c in cells]
+    top = max((t.typical for t in timings), default=0.0)
+    if top <= 0:
+        return []
+    bar = max(0.5 * top, OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS))
+    return [t for t in timings if t.typical >= bar]
+
+
+def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None,
+              floor: NoiseFloor | None = None) -> float:
     """The smallest robust z-score, over the cells, of the worker's persistent speed factor among
     the workers outside ``cells`` (inf when nothing is left to compare with).
 
-    A worker's factor is the median over steps of its compute over the median of its stage's
-    workers outside ``cells``. Every
-    fleet has a spread of GPU speeds; a faulty machine is one that stands outside that spread, not
-    merely the slowest of many (with 200 workers the slowest healthy one sits ~3 sigma out)."""
-    comp = stats.compute
+    A worker's factor is the median over the ``affected`` steps (all by default) of its compute
+    over the median of its stage's workers outside ``cells``. Every fleet has a spread of GPU
+    speeds; a faulty machine is one that stands outside that spread, not merely the slowest of
+    many (with 200 workers the slowest healthy one sits ~3 sigma out). The spread is the larger of
+    the others' MAD and what step noise alone gives a factor (``floor.typical_sigma``)."""
+    comp = stats.compute if affected is None else stats.compute[affected]
     # Stage reference without the candidates (with 2 DP ranks a slow worker is half its stage).
     ref = peer_reference(comp, cells)[:, None, :]
     factor = np.median(np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0), axis=0)  # (dp, pp)
@@ -130,6 +194,8 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
     med = float(np.median(others))
     # Floor the spread at 0.1%: below that, clocks and timers, not GPUs, set the differences.
     sigma = max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    if floor is not None and affected is not None:
+        sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
 
 
@@ -139,15 +205,22 @@ def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
     return stats.worker_mask(cells) & is_compute
 
 
-def consistently_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
+def consistently_slow(
+    stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
+) -> float:
     """The smallest, over the cells, of the larger of two fractions: the cell's forwards (or its
-    backwards) that take at least ``SLOW_OP`` times their (stage, chunk) median."""
+    backwards), in the ``affected`` steps, that take at least ``SLOW_OP`` times the median of the
+    same (stage, chunk) ops of its peers (the cell itself left out; all of the stage's when it
+    has no peer)."""
     worst = 1.0
+    in_steps = np.ones(stats.n_ops, dtype=bool) if affected is None else affected[stats.op_step_index]
     for d, p in cells:
         best = 0.0
         for code in (FWD, BWD):
-            here = (stats.optype == code) & (stats.op_dp == d) & (stats.op_pp == p)
-            peers = (stats.optype == code) & (stats.op_pp == p)
+            here = (stats.optype == code) & (stats.op_dp == d) & (stats.op_pp == p) & in_steps
+            peers = (stats.optype == code) & (stats.op_pp == p) & (stats.op_dp != d)
+            if not peers.any():
+                peers = (stats.optype == code) & (stats.op_pp == p)
             if not here.any():
                 continue
             chunk = stats.op_gmc[here]
@@ -163,29 +236,85 @@ def consistently_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> float:
     return worst
 
 
-def optimizer_ratio(stats: TraceStats, cells: list[tuple[int, int]]) -> float | None:
-    """Mean optimizer time of the cells over their peers' (None without optimizer ops)."""
+def optimizer_ratio(
+    stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
+) -> float | None:
+    """Median over the ``affected`` steps of the cells' optimizer time over their peers' (the cells
+    left out; None without optimizer ops). The median, because on a busy host one descheduled
+    optimizer step can be ten times its peers'."""
     if not (stats.optimizer > 0).any():
         return None
-    ref = peer_reference(stats.optimizer, cells)
-    vals = [float(np.mean(stats.optimizer[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
+    opt = stats.optimizer if affected is None else stats.optimizer[affected]
+    ref = peer_reference(opt, cells)
+    vals = [float(np.median(opt[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
     return float(np.mean(vals)) if vals else None
+
+
+def _timings(
+    stats: TraceStats, report: WhatIfReport
+) -> tuple[list[CellTiming], list[int] | None, NoiseFloor] | None:
+    """The candidate cells, each judged on its own: (timings of the slow ones, host cluster, floor).
+
+    Hot cells of S_w that sit on exactly one host's workers are judged as a cluster against the
+    workers off it (the host may fill a stage); other hot cells one by one against their stage
+    peers, so a worker hot only because it waits on a slow peer drops out. A host that is exactly
+    some whole stages is left to stage imbalance when the partition explains its compute."""
+    candidates = hot_cells(report)
+    if not candidates:
+        return None
+    floor = noise_floor(stats.compute, exclude=candidates)
+    hosts = host_cluster(stats, candidates)
+    if hosts is not None:
+        cells = slow_cells(stats, candidates)
+        if host_cluster(stats, cells) is None:
+            return None
+        rows = sorted({p for _, p in cells})
+        whole = [r for r in rows if sum(1 for _, p in cells if p == r) == stats.dp]
+        explained = partition_explains(stats.compute, stats.layers_per_stage, rows)
+        if whole and len(whole) == len(rows) and explained:
+            return None
+        return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], hosts, floor
+    if stats.dp < 2:
+        # One DP rank: no stage peers; compare with the other stages (peer_reference's fallback).
+        cells = slow_cells(stats, candidates)
+        return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], None, floor
+    return own_slow(stats, candidates, floor), None, floor
+
+
+def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list[CellTiming], bool] | None:
+    """The cells that are persistently slow, or else those slow from an onset on: (cells, onset).
+
+    Judged per cell (one noisy neighbour does not sink a real straggler); a host's workers must all
+    agree, as one machine's GPUs start throttling together."""
+    persistent = [t for t in timings if t.onset is None and t.persist >= PERSIST_FRACTION]
+    onset = [t for t in timings if t.onset is not None and t.persist >= PERSIST_FRACTION]
+    if hosts is not None:
+        if len(persistent) == len(timings):
+            return persistent, False
+        if len(persistent) + len(onset) == len(timings) and len(onset) >= len(timings) / 2:
+            return timings, True
+        return None
+    if persistent:
+        return persistent, False
+    if onset:
+        first = min(t.onset.index for t in onset if t.onset is not None)
+        return [t for t in onset if t.onset is not None and t.onset.index <= first + 1], True
+    return None
 
 
 @register(CauseId.FAULTY_MACHINE)
 def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
-    """Match persistently hot cells, clustered by host when a host's workers are hot together."""
+    """Match persistently hot cells (or cells hot from an onset on), clustered by host when a
+    host's workers are hot together."""
     if report.slowdown < DECOMPOSE_THRESHOLD:
         return None
-    candidates = hot_cells(report)
-    if host_cluster(stats, candidates) is None and stats.dp >= 2:
-        # Whole hot PP rows belong to the stage-imbalance detector; a machine may hide among them
-        # (both causes at once), so look at the remaining cells.
-        full = {r for r in range(stats.pp) if sum(1 for _, p in candidates if p == r) == stats.dp}
-        candidates = [c for c in candidates if c[1] not in full]
-    cells = slow_cells(stats, candidates)
-    if not cells:
+    found = _timings(stats, report)
+    if found is None:
         return None
+    timings, _, floor = found
+    if not timings:
+        return None
+    cells = [t.cell for t in timings]
     n_workers = stats.dp * stats.pp
     hosts = host_cluster(stats, cells)
     rows = sorted({p for _, p in cells})
@@ -193,38 +322,61 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # Not a host: one or a few cells, and never a whole PP row (stage imbalance's signature).
     if hosts is None and (len(cells) > max(1, n_workers // 4) or whole_rows):
         return None
-    persist, peer_ratio = persistence(stats, cells)
-    if persist < PERSIST_FRACTION:
+    timed = _over_time(timings, hosts)
+    if timed is None:
         return None
-    z = outlier_z(stats, cells)
+    kept, is_onset = timed
+    cells = [t.cell for t in kept]
+    hosts = host_cluster(stats, cells)
+    affected = np.ones(stats.n_steps, dtype=bool)
+    if is_onset:
+        affected[: min(t.onset.index for t in kept if t.onset is not None)] = False
+    persist = float(min(t.persist for t in kept))
+    peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
+    z = outlier_z(stats, cells, affected, floor)
     if z < OUTLIER_Z:
         return None  # the slowest of a normal spread of GPU speeds, not a faulty machine
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
-    opt_ratio = optimizer_ratio(stats, cells)
-    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio - 1.0)
-    consistent = None if opt_slow else consistently_slow(stats, cells)
+    opt_ratio = optimizer_ratio(stats, cells, affected)
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
+    consistent = None if opt_slow else consistently_slow(stats, cells, affected)
     if consistent is not None and consistent < CONSISTENT_FRACTION:
         # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
         return None
-
-    masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
-    if stats.probe is not None:
-        probe = stats.probe
-        share, compute_share = probe.fix_ratios(masks)
-        # The ``add`` view too (put only these workers' compute back into the ideal run): with
-        # batched P2P (interleaved 1F1B) or a second cause on the critical path, idealising the
-        # machine alone leaves the others' waits in place and under-states what it costs.
-        added = probe.add_share(np.where(masks[1], probe.original, probe.ideal))
-        compute_share = max(compute_share, added)
-        share = max(share, added)
-    else:
-        mw = report.m_w if report.m_w is not None else 0.0
-        share = compute_share = mw
+    share, compute_share = _shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
         return None
+    return _match(report, stats, cells, hosts, rows, whole_rows, persist, peer_ratio_v, z, opt_ratio,
+                  opt_slow, consistent, share, compute_share, floor, affected if is_onset else None)
 
+
+def _shares(stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]]) -> tuple[float, float]:
+    """(share of the slowdown removed by idealising the cells' ops, the same for their compute):
+    the larger of the ``rem`` and ``add`` views (M_W without a probe)."""
+    masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
+    if stats.probe is None:
+        mw = report.m_w if report.m_w is not None else 0.0
+        return mw, mw
+    probe = stats.probe
+    share, compute_share = probe.fix_ratios(masks)
+    # The ``add`` view too (put only these workers' compute back into the ideal run): with
+    # batched P2P (interleaved 1F1B) or a second cause on the critical path, idealising the
+    # machine alone leaves the others' waits in place and under-states what it costs.
+    added = probe.add_share(np.where(masks[1], probe.original, probe.ideal))
+    return max(share, added), max(compute_share, added)
+
+
+def _match(
+    report: WhatIfReport, stats: TraceStats, cells: list[tuple[int, int]], hosts: list[int] | None,
+    rows: list[int], whole_rows: list[int], persist: float, peer_ratio_v: float, z: float,
+    opt_ratio: float | None, opt_slow: bool, consistent: float | None, share: float,
+    compute_share: float, floor: NoiseFloor, onset_steps: np.ndarray | None,
+    outlier_only: float | None = None,
+) -> CauseMatch:
+    """The faulty-machine match: confidence, location, summary and evidence. ``outlier_only`` (the
+    worker's S_w z-score) marks the weaker finding of :func:`outlier_worker`."""
     spatial = Spatial.ONE_HOST if hosts is not None and len(cells) >= 2 else Spatial.SINGLE_WORKER
     m_w = report.m_w
     n_steps = max(stats.n_steps, 1)
@@ -239,21 +391,42 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         # The host holds exactly the first or last stage: a heavy stage looks the same. Stage
         # imbalance is far more common (METHOD.md A6), so rank it first; keep this as the alternative.
         fit *= 0.7
-    loc = stats.location(cells)
+    if outlier_only is not None:
+        # Not every faulty-machine test holds: the confidence says so (at most ~0.45).
+        fit *= 0.5
+    step_ids = None if onset_steps is None else [int(s) for s in stats.steps[onset_steps]]
+    loc = stats.location(cells, step_ids)
     names = ", ".join(f"dp {d}/pp {p}" for d, p in sorted(cells)[:6])
     more = f" and {len(cells) - 6} more" if len(cells) > 6 else ""
     host_txt = f"host {loc.hosts[0]}" if len(loc.hosts) == 1 else f"hosts {loc.hosts}"
     one = len(cells) == 1
-    summary = (
-        f"{'One worker' if one else f'{len(cells)} workers'} ({names}{more}; {host_txt}"
-        f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
-        + (
-            f"{'is' if one else 'are'} slow: compute runs {peer_ratio:.2f}x the stage peers' in the one "
+    if step_ids is not None:
+        timing = (
+            f"{'has' if one else 'have'} been slow since step {step_ids[0]} ({len(step_ids)} of the "
+            f"{n_steps} traced steps; normal before): compute runs {peer_ratio_v:.2f}x the stage peers' "
+            "since then"
+        )
+    elif one_step:
+        timing = (
+            f"{'is' if one else 'are'} slow: compute runs {peer_ratio_v:.2f}x the stage peers' in the one "
             "traced step (whether it persists cannot be checked)"
-            if one_step
-            else f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio:.2f}x the stage "
+        )
+    else:
+        timing = (
+            f"{'is' if one else 'are'} persistently slow: compute runs {peer_ratio_v:.2f}x the stage "
             f"peers' in {persist * 100:.0f}% of the {n_steps} steps"
         )
+    lead = (
+        ""
+        if outlier_only is None
+        else f"An outlier worker, not a proven fault: its per-worker slowdown stands {outlier_only:.1f} "
+        f"robust sigma above the other workers' and its speed {z:.1f} sigma outside the job's noise floor "
+        f"(step-to-step spread {floor.step * 100:.0f}%), but not every sign of a faulty machine holds. "
+    )
+    summary = lead + (
+        f"{'One worker' if one else f'{len(cells)} workers'} ({names}{more}; {host_txt}"
+        f"{', every traced GPU of the host' if hosts is not None and not one else ''}) "
+        + timing
         + (
             ""
             if opt_ratio is None
@@ -274,12 +447,16 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         id=CauseId.FAULTY_MACHINE,
         confidence=confidence(share, fit),
         location=loc,
-        pattern=Pattern(spatial=spatial, temporal=Temporal.PERSISTENT, resource=Resource.COMPUTE),
+        pattern=Pattern(
+            spatial=spatial,
+            temporal=Temporal.ONSET if step_ids is not None else Temporal.PERSISTENT,
+            resource=Resource.COMPUTE,
+        ),
         evidence={
             "hot_cells": [f"{d},{p}" for d, p in sorted(cells)],
             "host_cluster": hosts if hosts is not None else [],
             "worker_slowdown_max": rounded(float(worker_matrix(report, "exact").max())),
-            "peer_compute_ratio": rounded(peer_ratio),
+            "peer_compute_ratio": rounded(peer_ratio_v),
             "optimizer_ratio": rounded(opt_ratio) if opt_ratio is not None else None,
             "persistent_step_fraction": rounded(persist),
             "outlier_z": rounded(z, 2) if np.isfinite(z) else None,
@@ -287,7 +464,60 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "fix_share": rounded(share),
             "fix_share_compute": rounded(compute_share),
             "m_w": rounded(m_w) if m_w is not None else None,
+            "noise_floor_step": rounded(floor.step),
+            "noise_floor_worker": rounded(floor.worker),
+            "onset_step": step_ids[0] if step_ids is not None else None,
+            "affected_steps": step_ids,
+            "signature": "outlier-worker" if outlier_only is not None else "faulty-machine",
+            "worker_slowdown_z": rounded(outlier_only, 2) if outlier_only is not None else None,
         },
         summary=summary,
         categories=categories_for(CauseId.FAULTY_MACHINE),
     )
+
+
+def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """The finding when no cause signature matched but one worker stands out of the job's noise.
+
+    The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
+    outlier-worker``) when its S_w is at least ``max(FALLBACK_Z, sqrt(2 ln n) + 0.5)`` robust sigma
+    above the other n - 1 cells' (the slowest of n healthy workers sits ~sqrt(2 ln n) out), its
+    own compute is slow against its peers in every step and above the noise floor, its speed
+    factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
+    the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
+    backwards are. Never "within noise" while such a worker exists."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
+        return None
+    m = worker_matrix(report, "exact")  # (pp, dp)
+    p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
+    others = np.delete(m.reshape(-1), p * stats.dp + d)
+    med = float(np.median(others))
+    sw_z = (float(m[p, d]) - med) / max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    # The slowest of n healthy workers sits about sqrt(2 ln n) sigma out: the bar grows with n.
+    bar = max(FALLBACK_Z, float(np.sqrt(2.0 * np.log(max(stats.dp * stats.pp, 2)))) + 0.5)
+    if sw_z < bar:
+        return None
+    cell = (d, p)
+    floor = noise_floor(stats.compute, exclude=[cell])
+    t = cell_timing(stats, cell, floor)
+    # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
+    # few steps of heavy noise a healthy worker is above its peers in most steps by chance.
+    if t.typical < max(OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS)) or t.persist < 1.0:
+        return None
+    affected = t.affected
+    z = outlier_z(stats, [cell], affected, floor)
+    if z < bar:
+        return None
+    share, compute_share = _shares(stats, report, [cell])
+    if compute_share < MIN_SHARE:
+        return None
+    peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])[affected]))
+    opt_ratio = optimizer_ratio(stats, [cell], affected)
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
+    consistent = None if opt_slow else consistently_slow(stats, [cell], affected)
+    if consistent is not None and consistent < 0.5 * CONSISTENT_FRACTION:
+        # Neither its optimizer nor most of its kernels are slow: a few heavy-tailed ops, not a worker.
+        return None
+    return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
+                  opt_slow, consistent, share, compute_share, floor,
+                  affected if t.onset is not None else None, outlier_only=sw_z)

@@ -6,9 +6,13 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
 - paused forwards: robust z-score of that excess >= 8 and excess >= 20% of a typical forward;
 - forward-only: when some backwards also show an unmirrored excess of that size (heavy-tailed
   kernel noise hits both passes), the forward count must be improbable under a fair coin
-  (binomial p <= 0.01); a pause inside the forward leaves the backwards clean;
+  (binomial p <= 0.01); a pause inside the forward leaves the backwards clean. Only backwards
+  slow by at least half the smallest pause count as such noise (``backwards_as_slow``);
 - sporadic: no worker has pauses in more than half of its forwards (a worker slow in every
   forward is a machine), and pauses hit more than one (worker, step) pair;
+- not a job-wide stall: pauses of every worker (``STALL_WORKERS`` of them in large jobs) in one
+  step are one stall of the whole job, not collectors; they are left out (and named in the
+  diagnosis notes) before the rest is judged;
 - what-if: removing the pauses removes at least ``MIN_SHARE`` of the slowdown, or putting only
   the pauses back into the ideal run recreates that share (the larger of the two counts).
 Growth over steps (pause time correlated with step index) marks the pattern ``growing`` and raises
@@ -31,7 +35,7 @@ from diagnosers.detectors.base import (
     rounded,
 )
 from diagnosers.detectors.registry import register
-from diagnosers.detectors.stats import OUTLIER_REL, OUTLIER_Z
+from diagnosers.detectors.stats import BWD, OUTLIER_REL, OUTLIER_Z
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -40,6 +44,8 @@ REL_MIN = OUTLIER_REL
 # Heavy-tailed op noise slows forwards and backwards alike, a pause inside the forward does not:
 # with backward outliers present, the forward outliers must be improbable under a fair coin.
 NOISE_P = 0.01
+# A job-wide stall: this share of the workers paused in the same step, all at one moment.
+STALL_WORKERS = 0.75
 
 
 def noise_p_value(n_fwd: int, n_bwd: int) -> float:
@@ -65,6 +71,40 @@ def paused_durations(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.ND
     return d
 
 
+def backwards_as_slow(stats: TraceStats, excess: float) -> int:
+    """Backwards that run at least half of ``excess`` seconds over their (stage, chunk) median.
+
+    The noise control must match the pauses in size: on a busy host a few backwards are 20% slow,
+    which says nothing about forwards that stopped for a second and a half."""
+    is_bwd = stats.optype == BWD
+    if not is_bwd.any():
+        return 0
+    n_chunks = int(stats.op_gmc.max(initial=0)) + 2
+    key = stats.op_pp[is_bwd].astype(np.int64) * n_chunks + stats.op_gmc[is_bwd] + 1
+    dur = stats.transfer[is_bwd]
+    med = np.zeros_like(dur)
+    for k in np.unique(key):
+        m = key == k
+        med[m] = np.median(dur[m])
+    return int(((dur - med) >= 0.5 * excess).sum())
+
+
+def job_wide_stall_steps(
+    stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64]
+) -> list[int]:
+    """Step indices in which every worker (at least ``STALL_WORKERS`` of them in jobs of more than
+    eight, and at least three) has a paused forward: one stall hitting the whole job at once.
+
+    Collectors run on each process's own schedule, so in small jobs several may collect in the
+    same step by chance; all of them at once is a job-wide event. (In a pipeline the stall reaches
+    each stage's next forward at a different time, so the pauses need not overlap in time.)"""
+    n_workers = stats.dp * stats.pp
+    need = n_workers if n_workers <= 8 else int(np.ceil(STALL_WORKERS * n_workers))
+    if need < 3:
+        return []
+    return [int(i) for i in np.unique(step_idx) if len(np.unique(cell[step_idx == i])) >= need]
+
+
 @register(CauseId.GC_PAUSE)
 def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     """Match sporadic, forward-only pauses spread over workers and steps."""
@@ -81,11 +121,27 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     worst_fraction = float((per_worker / fwd_per_worker).max())
     if worst_fraction > 0.5:
         return None
-    n_fwd, n_bwd = int(paused.sum()), stats.bwd_outliers
+    n_fwd = int(paused.sum())
+    n_bwd = min(stats.bwd_outliers, backwards_as_slow(stats, float(stats.fwd_excess[paused].min())))
     p_noise = noise_p_value(n_fwd, n_bwd)
     if n_bwd > 0 and p_noise > NOISE_P:
         return None  # backwards have as many such outliers: heavy-tailed op noise, not a pause
     step_idx = stats.op_step_index[rows]
+    stalled = job_wide_stall_steps(stats, cell, step_idx)
+    if stalled:
+        # Every worker stopped in the same step: a job-wide stall (a shared filesystem, a
+        # checkpoint, the host), not collectors running on their own schedules. Judge the rest.
+        ids = [int(stats.steps[i]) for i in stalled]
+        note = (f"job-wide stall: every worker paused in step(s) {ids} "
+                "(not a GC pause: collectors do not run in lockstep)")
+        if note not in stats.notes:
+            stats.notes.append(note)
+        keep = ~np.isin(step_idx, stalled)
+        paused = paused.copy()
+        paused[np.flatnonzero(paused)[~keep]] = False
+        rows, cell, step_idx = rows[keep], cell[keep], step_idx[keep]
+        if not paused.any():
+            return None
     pairs = np.unique(cell * stats.n_steps + step_idx)
     if len(pairs) < 2:
         return None

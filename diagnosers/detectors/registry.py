@@ -46,7 +46,14 @@ def all_detectors() -> dict[CauseId, Detector]:
 
 
 def detect_all(report: WhatIfReport, stats: TraceStats) -> list[CauseMatch]:
-    """Run every detector; matches sorted by confidence, highest first (ties: cause id order)."""
+    """Run every detector; matches sorted by confidence, highest first (ties: cause id order).
+    With no match, the outlier-worker finding (``faulty_machine.outlier_worker``) when it holds."""
     matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
+    if not matches:
+        # Never silent while one worker stands out of the job's noise: report it as what it is.
+        from diagnosers.detectors.faulty_machine import outlier_worker
+
+        found = outlier_worker(report, stats)
+        matches = [found] if found is not None else []
     order = {c: i for i, c in enumerate(CauseId)}
     return sorted(matches, key=lambda m: (-m.confidence, order[m.id]))

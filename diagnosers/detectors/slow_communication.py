@@ -3,16 +3,18 @@
 
 Works on transfer durations (end minus the last member's start, METHOD.md A3), so waiting for a
 slow peer does not count as slow communication. Evidence, all of which must hold:
-- what-if: idealising every communication op removes at least ``MIN_SHARE`` of the slowdown and
-  more than idealising every compute op does;
+- what-if: idealising every communication op (or putting only it back into the ideal run, the
+  larger counts) explains at least ``MIN_SHARE`` of the slowdown, and more than all compute does —
+  unless a localised candidate explains its own ``MIN_SHARE`` (a secondary cause beside compute);
 - localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
-  group, and each worker or host whose point-to-point transfers are at least twice as slow as the
-  typical worker's (with the collectives it takes part in, both ends of its P2P transfers, and
-  every row of a batched P2P call it is part of) — ranked by excess transfer time; the best few
-  are idealised one by one. The most specific candidate (fewest ops) removing at least 90% of
-  what the best one removes is the location (a stage's DP group yields to a member whose own P2P
-  transfers are slow and that explains as much: a collective runs at its slowest member's pace),
-  when that is at least half of what fixing all communication does; otherwise the slow communication
+  group, each DP replica's embedding all-reduce group, and each worker or host whose
+  point-to-point transfers are at least twice as slow as the typical worker's (with the
+  collectives it takes part in, both ends of its P2P transfers, and every row of a batched P2P
+  call it is part of) — ranked by excess transfer time; the best few are idealised one by one.
+  The most specific candidate (fewest ops) removing at least 90% of what the best one removes is
+  the location (a stage's DP group yields to a member whose own P2P transfers are slow and that
+  explains as much: a collective runs at its slowest member's pace), when that is at least half of
+  what fixing all communication does and its own ``MIN_SHARE``; otherwise the slow communication
   is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
   alone are not a straggler.
 """
@@ -25,6 +27,7 @@ import numpy.typing as npt
 from diagnosers.detectors.base import (
     MIN_SHARE,
     CauseMatch,
+    Probe,
     TraceStats,
     categories_for,
     confidence,
@@ -41,6 +44,7 @@ DP_CODES = np.array(
     dtype=np.int16,
 )
 FS, FR, BS, BR = (OPTYPE_CODE[n] for n in ("forward-send", "forward-recv", "backward-send", "backward-recv"))
+EMB = OPTYPE_CODE["embedding-grads-all-reduce"]
 MAX_PROBED = 8
 
 
@@ -76,6 +80,11 @@ def candidates(
     if dp > 1:
         per_stage = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp)
         scored += [(float(v), "dp", int(i)) for i, v in enumerate(per_stage) if v > 0]
+    # Each DP replica's embedding all-reduce group (its first and last stage tie the embeddings).
+    is_emb = o == EMB
+    if is_emb.any() and pp > 1:
+        per_replica = np.bincount(d[is_emb], weights=excess[is_emb], minlength=dp)
+        scored += [(float(v), "emb", int(i) * pp) for i, v in enumerate(per_replica) if v > 0]
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
@@ -142,10 +151,30 @@ def candidates(
             out.append((f"all communication of host {i}", cells, mask))
         elif kind == "dp":
             out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
+        elif kind == "emb":
+            out.append((f"embedding group of dp {r}", [(r, 0), (r, pp - 1)], is_emb & (d == r)))
         else:
             mask = with_collectives(is_comm & (d == r) & (p == s), {s})
             out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
     return out
+
+
+def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool = False) -> list[float]:
+    """Per op mask, the larger of the ``rem`` share (idealise only those ops) and the ``add`` share
+    (put only those ops back into the ideal run), as the compute detectors take it: with a second
+    cause on the critical path, removing one alone under-states it. With ``batched`` P2P calls
+    (interleaved schedules) a transfer's recorded time also holds the wait for the peer's compute,
+    so putting transfers back would re-add compute waits: ``rem`` only."""
+    if not masks:
+        return []
+    rem = probe.fix_ratios(masks)
+    if batched:
+        return rem
+    gap = probe.t_orig - probe.t_ideal
+    if gap <= 1e-12 * max(probe.t_orig, 1e-12):
+        return rem
+    t_add = probe.mean_times(np.stack([np.where(m, probe.original, probe.ideal) for m in masks]))
+    return [max(r, float((t - probe.t_ideal) / gap)) for r, t in zip(rem, t_add, strict=True)]
 
 
 def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
@@ -192,11 +221,18 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         return None
     probe = stats.probe
     is_comm = comm_mask(stats)
-    share_comm, share_compute = probe.fix_ratios([is_comm, ~is_comm])
-    if share_comm < MIN_SHARE or share_comm <= share_compute:
+    batch = batch_ids(stats, np.isin(stats.optype, np.array([FS, FR, BS, BR], dtype=np.int16)))
+    ids = batch[batch >= 0]
+    batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
+    share_comm, share_compute = both_views(probe, [is_comm, ~is_comm], batched)
+    if share_comm < MIN_SHARE:
         return None
     scored = candidates(stats, probe.original)
-    shares = probe.fix_ratios([m for _, _, m in scored]) if scored else []
+    shares = both_views(probe, [m for _, _, m in scored], batched) if scored else []
+    # Communication need not beat all compute: in a multi-cause job (or under compute noise) a link
+    # or group that explains its own real share is a cause too. Unlocalised slowness must.
+    if share_comm <= share_compute and not any(v >= MIN_SHARE for v in shares):
+        return None
     best = int(np.argmax(shares)) if shares else -1
     if best >= 0:
         # Among candidates nearly as good as the best, name the most specific one: the smallest fix
@@ -205,16 +241,15 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         near = [k for k, v in enumerate(shares) if v >= 0.9 * shares[best]]
         # A collective runs at its slowest member's pace: when a worker or host whose own P2P
         # transfers are slow is nearly as good, its stage's DP group is slow because of it.
-        members = {
-            c for k in near if not scored[k][0].startswith(("dp group", "pp link")) for c in scored[k][1]
-        }
+        groups = ("dp group", "pp link", "embedding group")
+        members = {c for k in near if not scored[k][0].startswith(groups) for c in scored[k][1]}
         near = [
             k
             for k in near
             if not (scored[k][0].startswith("dp group") and any(c in members for c in scored[k][1]))
         ]
         best = min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
-    localised = best >= 0 and shares[best] >= 0.5 * share_comm
+    localised = best >= 0 and shares[best] >= 0.5 * share_comm and shares[best] >= MIN_SHARE
     if localised:
         name, cells, _ = scored[best]
         share = shares[best]
@@ -229,7 +264,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     else:
         # Unlocalised transfer slowness is what noisy shared networks look like too; call it a cause
         # only when the job is straggling (S >= 1.1).
-        if not report.straggling:
+        if not report.straggling or share_comm <= share_compute:
             return None
         share = share_comm
         spatial = Spatial.JOB_WIDE

@@ -33,6 +33,7 @@ from diagnosers.detectors.base import (
     host_cluster,
     rounded,
 )
+from diagnosers.detectors.peers import partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.heatmap import worker_matrix
@@ -44,6 +45,10 @@ PERSIST_FRACTION = 0.75
 # Extra work on a stage lengthens its backwards too: their relative excess must be at least this
 # share of the forwards' (ST's loss head: 0.85x the forward's extra time over a 2x backward = 0.43).
 BWD_SHARE = 0.25
+# A DP rank running 1.25x the rest of its row is a machine on the stage, not the stage's weight.
+ROW_OUTLIER = 1.25
+# ... and the rest of the row must then carry at least 10% more compute than the other stages.
+ROW_HEAVY = 0.1
 
 
 def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
@@ -104,6 +109,16 @@ def _hot_cells_on_hosts(
     ]
 
 
+def _row_outliers(row: np.ndarray) -> np.ndarray:
+    """DP ranks of a row whose compute is at least ``ROW_OUTLIER`` times the median of the others
+    (leave-one-out): a slow machine on the stage, not the stage's own weight."""
+    if len(row) < 2:
+        return np.zeros(len(row), dtype=bool)
+    others = np.array([np.median(np.delete(row, i)) for i in range(len(row))])
+    out = row >= ROW_OUTLIER * others
+    return out if not out.all() else np.zeros(len(row), dtype=bool)
+
+
 def _heavy_row(
     stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
@@ -113,7 +128,17 @@ def _heavy_row(
     if ref <= 0:
         return None
     row = comp[:, hot] / ref
-    row_typical, row_max, row_min = float(np.median(row)), float(row.max()), float(row.min())
+    row_max = float(row.max())
+    # A slow machine inside the row (a faulty worker on the heavy stage) is not part of the
+    # stage's level: with 2 DP ranks it would be half the median. Judge the row without the DP
+    # ranks that stand out of it on their own (leave-one-out, ``ROW_OUTLIER``).
+    outliers = _row_outliers(row)
+    row = row[~outliers]
+    row_typical, row_min = float(np.median(row)), float(row.min())
+    if outliers.any() and row_typical - 1.0 < ROW_HEAVY:
+        # Without its slow machine the stage must still be clearly heavy on its own: a machine's
+        # waiting peers are not a heavy stage.
+        return None
     # Every DP rank of the row carries the excess (at least half the typical rank's), so a single
     # hot cell — or one hot cell among two DP ranks — is not a heavy stage.
     if row_typical <= 1.0 or (row_min - 1.0) < 0.5 * (row_typical - 1.0):
@@ -138,9 +163,12 @@ def _heavy_row(
             own = _own_compute_ratio(stats, comp, off_row)
             if all(np.isfinite(r) and r - 1.0 >= 0.5 * (row_typical - 1.0) for r in own):
                 return None
-    elif hot not in (0, stats.pp - 1):
+    elif hot not in (0, stats.pp - 1) and not partition_explains(
+        stats.compute, stats.layers_per_stage, [hot]
+    ):
         # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
-        # signature, a slow host is.
+        # signature, a slow host is — unless the partition gives it more layers and its compute
+        # follows the layer count (Megatron's usual layout makes every stage host-aligned).
         return None
     return row_typical, row_max, hosts
 

@@ -52,6 +52,13 @@ def corpus_specs() -> list[tuple[str, ScenarioSpec]]:
                                             scenarios=[S.STAGE_IMBALANCE, S.GC_PAUSE], seed=15)),
         ("mixed-faulty-stall", ScenarioSpec(dp=4, pp=2, cp=2, microbatches=8, steps=3,
                                             scenarios=[S.FAULTY_MACHINE, S.DATALOADER_STALL], seed=16)),
+        # an uneven partition on a host-aligned middle stage (dp 8 = one host per stage)
+        ("stage-imbalance-layers", ScenarioSpec(dp=8, pp=3, microbatches=8, steps=3,
+                                                scenarios=[S.STAGE_IMBALANCE_LAYERS], seed=17)),
+        ("slow-dp-group", ScenarioSpec(dp=4, pp=2, microbatches=8, steps=3, magnitude=8.0,
+                                       scenarios=[S.SLOW_DP_GROUP], worker=(2, 1), seed=18)),
+        # every worker stops at once in one step: not a GC pause (no cause of the vocabulary)
+        ("job-stall", ScenarioSpec(dp=4, pp=2, microbatches=8, steps=4, scenarios=[S.JOB_STALL], seed=19)),
     ]
     return specs
 

@@ -41,6 +41,10 @@ class CostModel(BaseModel):
     tail_prob: float = 2e-4
     tail_alpha: float = 3.0
     tail_scale: float = 0.15
+    # Step-to-step compute noise between identical ranks (CPU contention on a shared host): a
+    # log-normal factor per (step, worker) on its compute and optimizer; 0 = none (the default, so
+    # existing jobs draw the same numbers).
+    step_sigma: float = Field(default=0.0, ge=0.0)
     # Transfers.
     p2p_bytes: float = 32e6
     p2p_bandwidth: float = 40e9

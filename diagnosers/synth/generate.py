@@ -62,6 +62,10 @@ def _partition(spec: ScenarioSpec, cost: CostModel) -> list[int]:
         layers[-1] = n  # the partition ignores the head: whole layers, as most jobs do
     if Scenario.STAGE_IMBALANCE_FIRST in wanted:
         layers[0] = n
+    if Scenario.STAGE_IMBALANCE_LAYERS in wanted:
+        # An uneven partition: the heavy stage holds ``magnitude`` times a middle stage's layers.
+        h = spec.heavy_stage_of()
+        layers[h] = max(layers[h] + 1, round(n * spec.magnitude_of(Scenario.STAGE_IMBALANCE_LAYERS)))
     return layers
 
 
@@ -129,6 +133,12 @@ def _base_arrays(
         links[(s, s + 1)] = np.exp(rng.normal(0.0, cost.link_sigma, dp))
     if pp > 2 and spec.schedule is Schedule.INTERLEAVED:
         links[(0, pp - 1)] = np.exp(rng.normal(0.0, cost.link_sigma, dp))
+    if cost.step_sigma > 0:
+        # Drawn last, so jobs without step noise draw exactly what they drew before it existed.
+        for s in range(pp):
+            f = np.exp(rng.normal(0.0, cost.step_sigma, shape))
+            compute[s] = compute[s] * f[None, :, :]
+            local[s]["optimizer"] = local[s]["optimizer"] * f
     return JobArrays(
         compute=compute,
         local=local,
@@ -223,14 +233,19 @@ def _pick_worker(spec: ScenarioSpec, rng: np.random.Generator) -> tuple[int, int
 def _inject(
     spec: ScenarioSpec, cost: CostModel, arrays: JobArrays, programs: list[StageProgram],
     rng: np.random.Generator,
-) -> list[CauseLabel]:
-    """Apply every scenario of the spec to ``arrays``; return one label per cause."""
+) -> tuple[list[CauseLabel], list[int]]:
+    """Apply every scenario of the spec to ``arrays``; return one label per cause and the steps of
+    a job-wide stall (not a cause of the vocabulary, so it has no label)."""
     labels: list[CauseLabel] = []
+    stall_steps: list[int] = []
     all_steps = spec.step_ids()
     everyone = [(d, s) for s in range(spec.pp) for d in range(spec.dp)]
     for sc in spec.scenarios:
         mag = spec.magnitude_of(sc)
         if sc is Scenario.NONE:
+            continue
+        if sc is Scenario.JOB_STALL:
+            stall_steps.append(_inject_job_stall(spec, arrays, programs, mag))
             continue
         if sc is Scenario.STAGE_IMBALANCE:
             loc = _location(spec, [(d, spec.pp - 1) for d in range(spec.dp)], all_steps)
@@ -244,12 +259,23 @@ def _inject(
         elif sc is Scenario.GC_PAUSE:
             loc = _inject_gc(spec, cost, arrays, programs, rng, mag)
             cause = CauseId.GC_PAUSE
+        elif sc is Scenario.STAGE_IMBALANCE_LAYERS:
+            h = spec.heavy_stage_of()
+            loc = _location(spec, [(d, h) for d in range(spec.dp)], all_steps)  # layers in _partition
+            cause = CauseId.STAGE_IMBALANCE
+        elif sc is Scenario.SLOW_DP_GROUP:
+            st = spec.worker[1] if spec.worker is not None else int(rng.integers(spec.pp))
+            arrays.dp_group[st] *= mag
+            loc = _location(spec, [(d, st) for d in range(spec.dp)], all_steps)
+            cause = CauseId.SLOW_COMMUNICATION
         elif sc is Scenario.FAULTY_MACHINE:
             workers = _host_workers(spec, spec.host) if spec.host is not None else [_pick_worker(spec, rng)]
+            # From the onset step on (every step by default): a machine that starts throttling.
+            k = 0 if spec.onset_step is None else spec.onset_step - spec.first_step
             for d, s in workers:
-                arrays.compute[s][:, :, d] *= mag
-                arrays.local[s]["optimizer"][:, d] *= mag
-            loc = _location(spec, workers, all_steps)
+                arrays.compute[s][:, k:, d] *= mag
+                arrays.local[s]["optimizer"][k:, d] *= mag
+            loc = _location(spec, workers, all_steps[k:])
             cause = CauseId.FAULTY_MACHINE
         elif sc is Scenario.SLOW_COMMUNICATION:
             if spec.host is not None or spec.worker is not None:
@@ -273,7 +299,19 @@ def _inject(
             raise ValueError(f"unknown scenario {sc}")
         labels.append(CauseLabel(id=cause, magnitude=mag, location=loc, scenario=sc,
                                  pattern=pattern_of(sc, spec)))
-    return labels
+    return labels, stall_steps
+
+
+def _inject_job_stall(spec: ScenarioSpec, arrays: JobArrays, programs: list[StageProgram], mag: float) -> int:
+    """Every worker stops ``mag`` s in its first forward of one step (a job-wide hiccup: a shared
+    filesystem, a checkpoint barrier); returns the step id."""
+    steps = spec.step_ids()
+    sid = spec.stall_step if spec.stall_step is not None else steps[len(steps) // 2]
+    i = sid - spec.first_step
+    for s in range(spec.pp):
+        first_fwd = next(j for j, c in enumerate(programs[s].computes) if c.forward)
+        arrays.compute[s][first_fwd, i, :] += mag
+    return sid
 
 
 def _inject_gc(
@@ -373,7 +411,7 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
     layers = _partition(spec, cost)
     seeds = np.random.SeedSequence(spec.seed).spawn(4)
     arrays = _base_arrays(spec, cost, programs, layers, np.random.default_rng(seeds[0]))
-    causes = _inject(spec, cost, arrays, programs, np.random.default_rng(seeds[1]))
+    causes, stall_steps = _inject(spec, cost, arrays, programs, np.random.default_rng(seeds[1]))
     records = execute(programs, arrays, cost, spec.steps, spec.dp, np.random.default_rng(seeds[2]))
     ops, step_time = _assemble(spec, records, np.random.default_rng(seeds[3]), cost)
 
@@ -387,6 +425,7 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
         t_c = step_time if Scenario.DATALOADER_STALL not in spec.scenarios else _run_only(
             with_causes, cost, dp_comm)
         true_slowdown = t_c / t_h
+        _effects(spec, cost, dp_comm, causes, straggling_causes, t_h, t_c)
 
     causes = _true_marginals(spec, cost, dp_comm, causes, step_time, true_slowdown)
 
@@ -397,7 +436,8 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
     )
     notes = [f"synthetic job: scenarios {','.join(spec.scenarios)}, seed {spec.seed}, "
              f"schedule {spec.schedule.value}"]
-    labels = Labels(causes=causes, expected_straggling=true_slowdown >= STRAGGLING_THRESHOLD)
+    labels = Labels(causes=causes, expected_straggling=true_slowdown >= STRAGGLING_THRESHOLD,
+                    job_stall_steps=stall_steps)
     return GeneratedJob(Trace(ops=ops, meta=meta, notes=notes), labels, spec, true_slowdown, step_time)
 
 
@@ -418,6 +458,27 @@ def _true_marginals(
         t_without = _run_only(without, cost, dp_comm)
         out.append(c.model_copy(update={"true_marginal": round(step_time / t_without, 6)}))
     return out
+
+
+def _effects(
+    spec: ScenarioSpec, cost: CostModel, dp_comm: bool, causes: list[CauseLabel],
+    straggling: Sequence[Scenario], t_h: float, t_c: float,
+) -> None:
+    """Fill each label's ``slowdown_alone`` (this cause alone over the healthy twin) and
+    ``marginal_slowdown`` (the job over the same job without this cause). With several causes the
+    single-cause jobs reuse the spec's seed and placements; random draws of the other causes (GC
+    victims) may differ, so the two are the generator's estimates, not an exact decomposition."""
+    for label in causes:
+        if label.scenario not in straggling:
+            continue
+        if len(straggling) == 1:
+            label.slowdown_alone = label.marginal_slowdown = round(t_c / t_h, 4)
+            continue
+        alone = _run_only(spec.model_copy(update={"scenarios": [label.scenario]}), cost, dp_comm)
+        rest = [c for c in straggling if c is not label.scenario]
+        without = _run_only(spec.model_copy(update={"scenarios": rest}), cost, dp_comm)
+        label.slowdown_alone = round(alone / t_h, 4)
+        label.marginal_slowdown = round(t_c / without, 4)
 
 
 def _run_only(spec: ScenarioSpec, cost: CostModel, dp_comm: bool) -> float:

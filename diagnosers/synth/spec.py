@@ -44,6 +44,10 @@ class Scenario(StrEnum):
     FAULTY_MACHINE = "faulty-machine"
     SLOW_COMMUNICATION = "slow-communication"
     DATALOADER_STALL = "dataloader-stall"
+    # Added for the widened tuning data; the scenarios above keep their meaning.
+    STAGE_IMBALANCE_LAYERS = "stage-imbalance-layers"
+    SLOW_DP_GROUP = "slow-dp-group"
+    JOB_STALL = "job-stall"
 
 
 # The default ``magnitude`` per scenario; MAGNITUDE_MEANING says what it measures (docs/GENERATOR.md
@@ -57,6 +61,9 @@ DEFAULT_MAGNITUDE: dict[Scenario, float] = {
     Scenario.FAULTY_MACHINE: 2.0,
     Scenario.SLOW_COMMUNICATION: 20.0,
     Scenario.DATALOADER_STALL: 0.5,
+    Scenario.STAGE_IMBALANCE_LAYERS: 1.5,
+    Scenario.SLOW_DP_GROUP: 4.0,
+    Scenario.JOB_STALL: 0.3,
 }
 
 MAGNITUDE_MEANING: dict[Scenario, str] = {
@@ -68,6 +75,9 @@ MAGNITUDE_MEANING: dict[Scenario, str] = {
     Scenario.FAULTY_MACHINE: "compute slowdown factor of the faulty worker(s)",
     Scenario.SLOW_COMMUNICATION: "transfer-time factor of the slow link or host",
     Scenario.DATALOADER_STALL: "idle seconds before a step's first forward on the data-loading stage",
+    Scenario.STAGE_IMBALANCE_LAYERS: "heavy stage's layers ÷ a middle stage's (in layers_per_stage)",
+    Scenario.SLOW_DP_GROUP: "transfer-time factor of one stage's DP collectives (a slow member)",
+    Scenario.JOB_STALL: "seconds every worker stops at the same moment, in one step",
 }
 
 
@@ -77,6 +87,10 @@ class ScenarioSpec(BaseModel):
     ``magnitude`` applies to every listed scenario (``DEFAULT_MAGNITUDE`` when None). ``host``
     places ``faulty-machine`` / ``slow-communication`` on every traced GPU of that host;
     ``worker = (dp_rank, pp_rank)`` places them on one worker (random by seed when neither is set).
+    ``onset_step`` (a step id) makes ``faulty-machine`` start there instead of at the first step;
+    ``heavy_stage`` is the stage ``stage-imbalance-layers`` gives more layers (default: a middle
+    one, the last with pp 2); ``stall_step`` the step of ``job-stall`` (default: a middle step).
+    ``slow-dp-group`` slows the DP collectives of stage ``worker[1]`` (random when unset).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -103,6 +117,9 @@ class ScenarioSpec(BaseModel):
     layers_per_stage: list[int] | None = Field(
         default=None, description="override the partition (layers per PP stage); default by scenario"
     )
+    onset_step: int | None = Field(default=None, ge=0, description="faulty-machine starts at this step id")
+    heavy_stage: int | None = Field(default=None, ge=0, description="stage-imbalance-layers' heavy stage")
+    stall_step: int | None = Field(default=None, ge=0, description="job-stall's step id")
     trial_name: str = "synthetic"
 
     @field_validator("scenarios", mode="before")
@@ -139,6 +156,21 @@ class ScenarioSpec(BaseModel):
         if self.host is not None and self.host >= self.n_hosts:
             raise ValueError(f"host {self.host} does not exist (the job has {self.n_hosts} hosts)")
         wanted = set(self.scenarios)
+        steps = range(self.first_step, self.first_step + self.steps)
+        if self.onset_step is not None and self.onset_step not in steps:
+            raise ValueError(
+                f"onset_step {self.onset_step} is not one of the steps {steps.start}..{steps.stop - 1}"
+            )
+        if self.stall_step is not None and self.stall_step not in steps:
+            raise ValueError(
+                f"stall_step {self.stall_step} is not one of the steps {steps.start}..{steps.stop - 1}"
+            )
+        if self.heavy_stage is not None and self.heavy_stage >= self.pp:
+            raise ValueError(f"heavy_stage {self.heavy_stage} is outside pp={self.pp}")
+        if Scenario.STAGE_IMBALANCE_LAYERS in wanted and self.pp == 1:
+            raise ValueError("stage-imbalance-layers needs pp > 1")
+        if Scenario.SLOW_DP_GROUP in wanted and self.dp * self.cp == 1:
+            raise ValueError("slow-dp-group needs dp > 1 (a DP group to slow)")
         if Scenario.SLOW_COMMUNICATION in wanted and self.pp == 1 and self.dp * self.cp == 1:
             raise ValueError("slow-communication needs pp > 1 or dp > 1 (nothing communicates)")
         if Scenario.STAGE_IMBALANCE_FIRST in wanted and Scenario.STAGE_IMBALANCE in wanted and self.pp == 1:
@@ -167,6 +199,12 @@ class ScenarioSpec(BaseModel):
     def host_of(self, dp_rank: int, pp_rank: int) -> int:
         return self.rank_of(dp_rank, pp_rank) // self.gpus_per_host
 
+    def heavy_stage_of(self) -> int:
+        """The stage ``stage-imbalance-layers`` makes heavy."""
+        if self.heavy_stage is not None:
+            return self.heavy_stage
+        return self.pp // 2 if self.pp >= 3 else self.pp - 1
+
     def step_ids(self) -> list[int]:
         return list(range(self.first_step, self.first_step + self.steps))
 
@@ -181,7 +219,12 @@ def pattern_of(scenario: Scenario, spec: ScenarioSpec) -> Pattern:
         Scenario.GC_PAUSE: (
             Spatial.RANDOM_DP, Temporal.GROWING if spec.gc_growing else Temporal.SPORADIC, Resource.COMPUTE
         ),
-        Scenario.FAULTY_MACHINE: (placed, Temporal.PERSISTENT, Resource.COMPUTE),
+        Scenario.FAULTY_MACHINE: (
+            placed, Temporal.ONSET if spec.onset_step not in (None, spec.first_step) else Temporal.PERSISTENT,
+            Resource.COMPUTE,
+        ),
+        Scenario.STAGE_IMBALANCE_LAYERS: (Spatial.ONE_STAGE, Temporal.PERSISTENT, Resource.COMPUTE),
+        Scenario.SLOW_DP_GROUP: (Spatial.ONE_STAGE, Temporal.PERSISTENT, Resource.COMMUNICATION),
         Scenario.SLOW_COMMUNICATION: (placed, Temporal.PERSISTENT, Resource.COMMUNICATION),
         Scenario.DATALOADER_STALL: (Spatial.ONE_STAGE, Temporal.PERSISTENT, Resource.LAUNCH),
     }
@@ -205,6 +248,12 @@ class CauseLabel(BaseModel):
         "with every injected cause over that with all but this one (None when not run)",
     )
     # Not written to labels.json (excluded on dump): the scenario name and pattern, for scoring.
+    # The generator's own slowdown with only this cause injected (same spec and seed otherwise), and
+    # the job's slowdown over the same job without this cause: the cause's effect alone and its
+    # marginal effect in a multi-cause job (both 1.0-based ratios of mean step times). In-process
+    # only, like ``scenario``: labels.json keeps its documented shape.
+    slowdown_alone: float | None = Field(default=None, exclude=True)
+    marginal_slowdown: float | None = Field(default=None, exclude=True)
     scenario: Scenario = Field(default=Scenario.NONE, exclude=True)
     pattern: Pattern = Field(default_factory=Pattern, exclude=True)
 
@@ -220,3 +269,6 @@ class Labels(BaseModel):
 
     causes: list[CauseLabel] = Field(default_factory=list)
     expected_straggling: bool = False
+    # A job-wide stall (every worker stopped at once) is not a cause of the vocabulary: its steps.
+    # In-process only (labels.json keeps its documented shape).
+    job_stall_steps: list[int] = Field(default_factory=list, exclude=True)

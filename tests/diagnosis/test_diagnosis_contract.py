@@ -40,7 +40,9 @@ def _assert_unreliable_everywhere(d: Diagnosis) -> None:
 @pytest.mark.skipif(not DLRM.exists(), reason="public DLRM traces not present")
 def test_dlrm_traces_are_unreliable_and_never_drained() -> None:
     d = diagnose(load_trace([str(DLRM)]))
-    assert d.report.simulation_error > 10  # about 1,160%
+    # about 1,160% with the phase model, 54.5% with the kernel-level one: the rest is the ranks'
+    # lag into the single traced step, which no traced op (and no stall seen twice) explains
+    assert d.report.simulation_error > 0.05
     _assert_unreliable_everywhere(d)
     # host 0 holds all eight ranks: the remedy names GPUs, and says timing cannot tell
     fm = [r for r in d.remedies if r.cause_id == CauseId.FAULTY_MACHINE]

@@ -1,0 +1,162 @@
+"""Peer comparisons shared by the detectors: one leave-out reference, the job's noise floor, and a
+change-point test.
+
+Every "is this worker slow?" question compares the worker with its *peers*: the other DP ranks of
+its PP stage (they run the same layers on other data), leaving out the worker itself and any other
+candidate. With DP = 2 a reference that kept the candidate would be half made of it.
+
+The noise floor is the job's own spread of those ratios: real recordings on a busy host show
+identical ranks differing by ±50% from step to step, synthetic jobs by 1%. A worker is slow when it
+stands out of *that* spread, not out of a fixed percentage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Arr = npt.NDArray[np.float64]
+# MAD -> standard deviation for a normal distribution.
+MAD_SIGMA = 1.4826
+# Below this the spread is set by timers and clocks, not by the machines.
+MIN_SIGMA = 0.005
+# An uneven partition explains a heavy stage when its compute per layer is within 15% of the
+# other stages' (a faulty host's stage is slow per layer too).
+PARTITION_TOLERANCE = 0.15
+
+
+def _inside(dp: int, pp: int, cells: Iterable[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+    m = np.zeros((dp, pp), dtype=bool)
+    for d, p in cells:
+        m[d, p] = True
+    return m
+
+
+def peer_reference(values: Arr, cells: Iterable[tuple[int, int]]) -> Arr:
+    """(S, pp) reference per step and stage: the median of ``values`` (S, dp, pp) over that stage's
+    workers outside ``cells``; over every worker outside ``cells`` when the whole stage is in it
+    (and over everyone when nothing is left)."""
+    n_s, dp, pp = values.shape
+    inside = _inside(dp, pp, cells)
+    out = np.empty((n_s, pp))
+    everyone_else = values[:, ~inside] if (~inside).any() else values.reshape(n_s, -1)
+    fallback = np.median(everyone_else, axis=1)
+    for p in range(pp):
+        peers = ~inside[:, p]
+        out[:, p] = np.median(values[:, peers, p], axis=1) if peers.any() else fallback
+    return out
+
+
+def peer_ratio(values: Arr, cell: tuple[int, int], leave_out: Iterable[tuple[int, int]] = ()) -> Arr:
+    """(S,) the cell's value over its peers' median per step, leaving out the cell itself and the
+    ``leave_out`` cells (``peer_reference``)."""
+    d, p = cell
+    ref = peer_reference(values, [cell, *leave_out])[:, p]
+    return np.divide(values[:, d, p], ref, out=np.ones(values.shape[0]), where=ref > 0)
+
+
+def log_ratios(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> Arr:
+    """(S, dp, pp) log of every cell's value over the median of its own stage's *other* DP ranks,
+    leaving the ``exclude`` cells out of every reference (NaN where a cell has no such peer, and
+    for the excluded cells themselves)."""
+    _, dp, pp = values.shape
+    out = np.full_like(values, np.nan)
+    inside = _inside(dp, pp, exclude)
+    for p in range(pp):
+        for d in range(dp):
+            if inside[d, p]:
+                continue
+            peers = ~inside[:, p]
+            peers[d] = False
+            if not peers.any():
+                continue
+            ref = np.median(values[:, peers, p], axis=1)
+            out[:, d, p] = np.log(np.maximum(values[:, d, p], 1e-12) / np.maximum(ref, 1e-12))
+    return out
+
+
+@dataclass
+class NoiseFloor:
+    """The job's spread of worker-vs-peer ratios (in log units, ~relative).
+
+    ``step`` is the step-to-step spread of a worker around its own typical ratio (how much one step
+    can move by chance); ``worker`` the spread of the workers' typical ratios (how different
+    healthy machines are). Both robust (MAD) and floored at ``MIN_SIGMA``."""
+
+    step: float
+    worker: float
+    n_steps: int
+    n_workers: int
+
+    def typical_sigma(self) -> float:
+        """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
+        return self.step * 1.25 / np.sqrt(max(self.n_steps, 1))
+
+
+def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFloor:
+    """The noise floor of ``values`` (S, dp, pp) (per-step compute), leaving ``exclude`` out of the
+    estimate (the candidates: a slow worker is not part of the noise)."""
+    n_s, dp, pp = values.shape
+    # The candidates are left out of the references too: with DP 2 a slow worker's peer, compared
+    # with the slow worker, would carry the slow worker's own steps into the noise.
+    r = log_ratios(values, exclude)
+    keep = np.isfinite(r).all(axis=0)
+    if dp < 2 or not keep.any():
+        return NoiseFloor(MIN_SIGMA, MIN_SIGMA, n_s, dp * pp)
+    typical = np.median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)
+    dev = (r - typical[None])[:, keep]
+    step = MAD_SIGMA * float(np.median(np.abs(dev))) if n_s >= 2 else MIN_SIGMA
+    tv = typical[keep]
+    worker = MAD_SIGMA * float(np.median(np.abs(tv - np.median(tv))))
+    return NoiseFloor(max(step, MIN_SIGMA), max(worker, MIN_SIGMA), n_s, int(keep.sum()))
+
+
+@dataclass
+class ChangePoint:
+    """A step index where a series moves from its normal level to a higher one and stays there."""
+
+    index: int  # first affected step index
+    before: float  # mean of the series before
+    after: float  # mean after
+    z: float  # (after - before) over the noise of the two means
+
+
+def change_point(series: Arr, sigma: float, min_after: int = 2, min_before: int = 1) -> ChangePoint | None:
+    """The best single upward change point of ``series`` (log ratios per step), or None.
+
+    Every split with at least ``min_before`` steps before and ``min_after`` after is tried; the one
+    with the largest standardised jump wins. It must also be clean: every step after it above every
+    step before it. ``sigma`` is the per-step noise (the job's noise floor)."""
+    n = len(series)
+    best: ChangePoint | None = None
+    for k in range(min_before, n - min_after + 1):
+        a, b = series[:k], series[k:]
+        if b.min() <= a.max():
+            continue
+        se = sigma * np.sqrt(1.0 / len(a) + 1.0 / len(b))
+        z = float((b.mean() - a.mean()) / max(se, 1e-12))
+        if best is None or z > best.z:
+            best = ChangePoint(k, float(a.mean()), float(b.mean()), z)
+    return best
+
+
+def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) -> bool:
+    """Whether ``layers`` (per stage) explains the rows' extra compute (``compute`` is (S, dp, pp)):
+    an uneven partition slows every DP rank of a stage in proportion to its layers, a faulty host
+    does not follow the layer count. True when each row has more layers than the median stage and
+    its compute per layer is within ``PARTITION_TOLERANCE`` of the other stages' median."""
+    pp = compute.shape[2]
+    if layers is None or len(layers) != pp or min(layers) <= 0 or pp < 2 or not rows:
+        return False
+    lay = np.asarray(layers, dtype=np.float64)
+    per_layer = compute.mean(axis=(0, 1)) / lay
+    for r in rows:
+        ref = float(np.median(np.delete(per_layer, r)))
+        if ref <= 0 or lay[r] <= float(np.median(np.delete(lay, r))):
+            return False
+        if abs(per_layer[r] / ref - 1.0) > PARTITION_TOLERANCE:
+            return False
+    return True
