@@ -90,3 +90,21 @@ def test_a_server_with_the_ray_executor_analyses_there(ray_local: None, tmp_path
         assert diag.status_code == 200 and diag.json()["causes"], diag.text
         health = http.get("/healthz").json()
     assert "ray" in str(health), health
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ray-address", "127.0.0.1:6379"], "--ray-address needs --executor ray"),
+        (["--database", "mysql://x@127.0.0.1/db"], "give a postgresql://"),
+    ],
+)
+def test_serve_refuses_cluster_options_it_cannot_use(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", "0", "--data-dir", str(tmp_path), *args]
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(root)))  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr, done.stderr
