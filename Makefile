@@ -24,7 +24,8 @@ $(TORCH_STAMP): $(STAMP)
 run: $(STAMP)
 	$(BIN)/straggler-lens serve --preload-sample
 
-## Lint, type-check and the whole test suite.
+## Lint, type-check and the whole test suite. The browser tests (tests/web) drive the system
+## Chromium (`apt-get install chromium`; .ci/run installs it) through Playwright from the dev extra.
 test: $(TORCH_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy

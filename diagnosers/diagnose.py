@@ -199,7 +199,8 @@ def explained_launch_error(report: WhatIfReport, causes: Sequence[CauseMatch]) -
     seconds, by = 0.0, []
     for c in causes:
         v = c.evidence.get("stall_s_per_step")
-        recurs = int(c.evidence.get("steps_stalling", 0) or 0) >= MIN_STALL_STEPS_EXPLAINED
+        hit = c.evidence.get("steps_stalling", 0)
+        recurs = isinstance(hit, (int, float)) and hit >= MIN_STALL_STEPS_EXPLAINED
         if c.pattern.resource is Resource.LAUNCH and isinstance(v, (int, float)) and v > 0 and recurs:
             seconds += float(v)
             by.append(c.id.value)

@@ -8,6 +8,10 @@ A heatmap holds one value per worker cell: rows are PP ranks, columns are DP ran
 - per step: ``min(S_dp(step), S_pp(step))`` from the per-step put-backs of the report (exact
   per-step, per-worker runs would cost DP x PP simulations per step).
 
+Titles say in plain words what a cell is (``TITLES``); formulas stay in docstrings. The colour scale
+is the study's fixed 1.0-1.5 by default; ``scale="adaptive"`` stretches it over the values (so a
+mild 1.03 shows), and ``clipped`` / ``scale_note`` say when values fall outside the scale drawn.
+
 Large grids are bucketed (consecutive ranks merged, cell = maximum, so a single hot worker stays
 visible) to at most ``max_cols`` x ``max_rows`` cells; the heatmap says so in ``note``.
 Rendering lives in :mod:`diagnosers.render`; nothing here draws.
@@ -26,9 +30,24 @@ from diagnosers.report import WhatIfReport
 
 Variant = Literal["exact", "estimate", "step-estimate"]
 
+Scale = Literal["fixed", "adaptive"]
+
 # SMon's colour scale (METHOD.md A7): 1.0 = not slowed, 1.5 and above = fully red.
 VMIN = 1.0
 VMAX = 1.5
+# The adaptive scale never spans less than this, so noise (1.001 vs 1.002) is not painted red.
+ADAPTIVE_MIN_SPAN = 0.02
+
+# What a cell means, in plain words (the titles of the three kinds of map).
+TITLES = {
+    "exact": "how much each worker alone slows the job (S_w: job step time with only that worker "
+    "at its measured speed, over the ideal; 1.00 = no effect)",
+    "estimate": "per-worker slowdown estimated from its DP rank and stage (the smaller of the two; "
+    "1.00 = no effect)",
+    "step-estimate": "how much each worker slows this step (the smaller of its DP rank's and its "
+    "stage's effect; 1.00 = no effect)",
+}
+JOB_S = "job slowdown S = {s:.3f} (mean step time over the ideal step time)"
 
 
 class Heatmap(BaseModel):
@@ -48,6 +67,11 @@ class Heatmap(BaseModel):
     note: str | None = Field(None, description="how ranks were bucketed, when they were")
     vmin: float = VMIN
     vmax: float = VMAX
+    scale: Scale = Field(
+        default="fixed", description="fixed: the study's 1.0-1.5; adaptive: stretched over the values"
+    )
+    clipped: int = Field(default=0, description="cells outside [vmin, vmax], drawn at the end colour")
+    scale_note: str | None = Field(default=None, description="says when the scale is clipped, and what to do")
 
     def matrix(self) -> npt.NDArray[np.float64]:
         """The values as a (rows, cols) float array."""
@@ -117,11 +141,13 @@ def make_heatmap(
     step: int | None = None,
     max_cols: int = 64,
     max_rows: int = 32,
+    scale: Scale = "fixed",
 ) -> Heatmap:
     """Wrap a (pp, dp) matrix, bucketing ranks so the result has at most max_rows x max_cols cells.
 
     A bucket's value is the maximum of its cells: the point of the map is to show where the slow
-    workers are, and a mean would dilute a single hot worker among its bucket.
+    workers are, and a mean would dilute a single hot worker among its bucket. ``scale`` picks the
+    colour range (:func:`scale_range`); the clipping count is taken on the bucketed values.
     """
     m = np.asarray(matrix, dtype=np.float64)
     pp, dp = m.shape
@@ -137,7 +163,7 @@ def make_heatmap(
         if len(rows) < pp:
             parts.append(f"PP ranks in buckets of {rows[0][1] - rows[0][0]}")
         note = f"{dp} x {pp} grid bucketed: {', '.join(parts)}; each cell shows its bucket's maximum"
-    return Heatmap(
+    hm = Heatmap(
         title=title,
         variant=variant,
         step=step,
@@ -148,6 +174,50 @@ def make_heatmap(
         pp_labels=[_label(a, b) for a, b in rows],
         bucketed=bucketed,
         note=note,
+    )
+    return rescale(hm, scale)
+
+
+def scale_range(values: npt.NDArray[np.float64], scale: Scale) -> tuple[float, float]:
+    """The colour range (vmin, vmax) of a map.
+
+    ``fixed``: the study's 1.0-1.5. ``adaptive``: from min(1.0, smallest value) to the largest
+    value, rounded out to 0.01 and at least ``ADAPTIVE_MIN_SPAN`` wide, so a job whose worst
+    worker is at 1.04 uses the whole colour range instead of a faint pink.
+    """
+    if scale == "fixed":
+        return VMIN, VMAX
+    finite = values[np.isfinite(values)]
+    lo = min(VMIN, float(finite.min())) if finite.size else VMIN
+    hi = float(finite.max()) if finite.size else VMAX
+    lo = math.floor(lo * 100) / 100
+    hi = max(math.ceil(hi * 100) / 100, lo + ADAPTIVE_MIN_SPAN)
+    return lo, hi
+
+
+def rescale(hm: Heatmap, scale: Scale) -> Heatmap:
+    """The same map drawn on the ``fixed`` or ``adaptive`` scale, with its clipping counted.
+
+    A cell is clipped when it lies above vmax (or below vmin by more than rounding): it is drawn
+    at the end colour, so its real value only shows in the numbers. ``scale_note`` then says how
+    many cells and how far, and points to the adaptive scale.
+    """
+    m = hm.matrix()
+    lo, hi = scale_range(m, scale)
+    above = int(np.count_nonzero(m > hi + 1e-9))
+    below = int(np.count_nonzero(m < lo - 0.005))
+    note = None
+    if above or below:
+        parts = []
+        if above:
+            parts.append(f"{above} of {m.size} cells above {hi:.2f} (up to {float(m.max()):.2f})")
+        if below:
+            parts.append(f"{below} below {lo:.2f} (down to {float(m.min()):.2f})")
+        note = f"scale clipped: {' and '.join(parts)} are drawn at the end colour"
+        if scale == "fixed":
+            note += "; the adaptive scale shows them apart"
+    return hm.model_copy(
+        update={"vmin": lo, "vmax": hi, "scale": scale, "clipped": above + below, "scale_note": note}
     )
 
 
@@ -165,17 +235,24 @@ def job_heatmap(
     *,
     max_cols: int = 64,
     max_rows: int = 32,
+    scale: Scale = "fixed",
 ) -> Heatmap:
     """The job's per-worker slowdown heatmap (exact S_w, or the artifact's min(dp, stage) estimate)."""
-    what = "per-worker slowdown S_w" if variant == "exact" else "min(S_dp, S_pp) estimate"
-    title = fidelity_prefix(report) + f"{report.job.trial_name}: {what} (S = {report.slowdown:.3f})"
+    title = fidelity_prefix(report) + (
+        f"{report.job.trial_name}: {TITLES[variant]}; {JOB_S.format(s=report.slowdown)}"
+    )
     return make_heatmap(
-        worker_matrix(report, variant), title=title, variant=variant, max_cols=max_cols, max_rows=max_rows
+        worker_matrix(report, variant),
+        title=title,
+        variant=variant,
+        max_cols=max_cols,
+        max_rows=max_rows,
+        scale=scale,
     )
 
 
 def step_heatmap(
-    report: WhatIfReport, step: int, *, max_cols: int = 64, max_rows: int = 32
+    report: WhatIfReport, step: int, *, max_cols: int = 64, max_rows: int = 32, scale: Scale = "fixed"
 ) -> Heatmap | None:
     """The estimate heatmap of one step, or None when the report has no put-backs for it."""
     key = str(step)
@@ -183,7 +260,9 @@ def step_heatmap(
     if key not in att.by_dp_rank_per_step or key not in att.by_stage_per_step:
         return None
     s = report.step_slowdown.get(key)
-    title = f"{report.job.trial_name} step {step}: min(S_dp, S_pp)" + (f" (step S = {s:.3f})" if s else "")
+    title = f"{report.job.trial_name} step {step}: {TITLES['step-estimate']}" + (
+        f"; this step's slowdown = {s:.3f} (its time over its ideal time)" if s else ""
+    )
     title = fidelity_prefix(report) + title
     return make_heatmap(
         step_matrix(report, step),
@@ -192,6 +271,7 @@ def step_heatmap(
         step=step,
         max_cols=max_cols,
         max_rows=max_rows,
+        scale=scale,
     )
 
 
@@ -199,3 +279,101 @@ def step_heatmaps(report: WhatIfReport, *, max_cols: int = 64, max_rows: int = 3
     """One estimate heatmap per step that has per-step put-backs, keyed by step id."""
     maps = {step: step_heatmap(report, step, max_cols=max_cols, max_rows=max_rows) for step in report.steps}
     return {step: hm for step, hm in maps.items() if hm is not None}
+
+
+class StepMap(BaseModel):
+    """One step's map on the job map's grid, with its adaptive range and both scales' notes."""
+
+    step: int
+    slowdown: float | None = Field(default=None, description="this step's slowdown (its time over its ideal)")
+    values: list[list[float]]
+    adaptive: tuple[float, float]
+    note_fixed: str | None = None
+    note_adaptive: str | None = None
+
+
+class HeatmapDetail(BaseModel):
+    """What an interactive view shows beside the job map (same grid, ``[row][col]``): each cell's
+    global ranks and hosts, both colour scales, and the per-step maps of up to ``max_steps`` steps
+    (the slowest, in step order; ``omitted_steps`` counts the rest)."""
+
+    ranks: list[list[str]] = Field(description="global ranks of each cell ('' when not traced)")
+    hosts: list[list[str]] = Field(description="hosts (rank // gpus_per_host) of each cell")
+    adaptive: tuple[float, float] = Field(description="the adaptive colour range of the job map")
+    note_fixed: str | None = None
+    note_adaptive: str | None = None
+    steps: list[StepMap] = Field(default_factory=list)
+    omitted_steps: int = 0
+
+
+def _ranges(values: list[int]) -> str:
+    """``0-3,8``: sorted ints as compact ranges."""
+    out: list[str] = []
+    vals = sorted(set(values))
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def heatmap_detail(
+    report: WhatIfReport, *, max_steps: int = 64, max_cols: int = 64, max_rows: int = 32
+) -> HeatmapDetail:
+    """The per-cell ranks and hosts and the per-step maps of the job map ``job_heatmap(report)``.
+
+    Cells are bucketed exactly as the job map (same ``max_cols`` / ``max_rows``), a bucket lists
+    the ranks of all its workers. Steps beyond ``max_steps`` are left out, the fastest first, so a
+    long trace keeps the steps worth looking at.
+    """
+    dp, pp = report.job.dp, report.job.pp
+    rows, cols = _bucket_edges(pp, max_rows), _bucket_edges(dp, max_cols)
+    by_cell: dict[tuple[int, int], list[int]] = {}
+    for w in report.attribution.by_worker:
+        by_cell.setdefault((w.pp_rank, w.dp_rank), []).extend(w.ranks)
+    gph = max(1, report.job.gpus_per_host)
+    ranks: list[list[str]] = []
+    hosts: list[list[str]] = []
+    for ra, rb in rows:
+        rrow, hrow = [], []
+        for ca, cb in cols:
+            cell = [r for p in range(ra, rb) for d in range(ca, cb) for r in by_cell.get((p, d), [])]
+            rrow.append(_ranges(cell))
+            hrow.append(_ranges([r // gph for r in cell]))
+        ranks.append(rrow)
+        hosts.append(hrow)
+    fixed = job_heatmap(report, max_cols=max_cols, max_rows=max_rows)
+    adaptive = rescale(fixed, "adaptive")
+    with_maps = [
+        s
+        for s in report.steps
+        if str(s) in report.attribution.by_dp_rank_per_step and str(s) in report.attribution.by_stage_per_step
+    ]
+    keep = sorted(with_maps, key=lambda s: report.step_slowdown.get(str(s), 0.0), reverse=True)[:max_steps]
+    maps = []
+    for s in sorted(keep):
+        hm = step_heatmap(report, s, max_cols=max_cols, max_rows=max_rows)
+        assert hm is not None
+        ad = rescale(hm, "adaptive")
+        maps.append(
+            StepMap(
+                step=s,
+                slowdown=report.step_slowdown.get(str(s)),
+                values=hm.values,
+                adaptive=(ad.vmin, ad.vmax),
+                note_fixed=hm.scale_note,
+                note_adaptive=ad.scale_note,
+            )
+        )
+    return HeatmapDetail(
+        ranks=ranks,
+        hosts=hosts,
+        adaptive=(adaptive.vmin, adaptive.vmax),
+        note_fixed=fixed.scale_note,
+        note_adaptive=adaptive.scale_note,
+        steps=maps,
+        omitted_steps=len(with_maps) - len(keep),
+    )

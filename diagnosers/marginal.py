@@ -143,9 +143,29 @@ def marginal_gains(
     return out
 
 
+# Two marginal gains closer than this (relative) are a tie: both come from simulations of one trace
+# whose per-step noise is larger than that, so the order between them says nothing and the
+# detectors' confidence (how well each signature fits) decides instead.
+GAIN_TIE_TOLERANCE = 0.01
+
+
 def rank_by_gain(matches: Sequence[CauseMatch]) -> list[CauseMatch]:
-    """Causes ordered by marginal gain (largest first; causes without one last), then confidence."""
-    return sorted(matches, key=lambda m: (-(m.marginal_gain or 0.0), -m.confidence))
+    """Causes ordered by marginal gain (largest first; causes without one last), then confidence.
+
+    Causes whose gains are within ``GAIN_TIE_TOLERANCE`` of the largest gain of their run (walking
+    down the gain order) form one tie, ordered by confidence."""
+    by_gain = sorted(matches, key=lambda m: (-(m.marginal_gain or 0.0), -m.confidence))
+    ranked: list[CauseMatch] = []
+    tie: list[CauseMatch] = []
+    for m in by_gain:
+        top = tie[0].marginal_gain if tie else None
+        g = m.marginal_gain
+        if tie and (top is None or g is None or g * (1.0 + GAIN_TIE_TOLERANCE) < top):
+            ranked.extend(sorted(tie, key=lambda t: -t.confidence))
+            tie = []
+        tie.append(m)
+    ranked.extend(sorted(tie, key=lambda t: -t.confidence))
+    return ranked
 
 
 __all__ = ["marginal_gains", "rank_by_gain", "worker_at_peer_pace"]

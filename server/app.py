@@ -2,8 +2,8 @@
 
 ``create_app(settings)`` wires the pieces; one lifespan opens the store and the incident library
 (``open_lens``) and runs the MCP session manager (a mounted MCP app's own lifespan never runs,
-MCP-SDK.md §1.10). ``SecurityMiddleware`` wraps everything, so Host/Origin checks and the bearer
-token cover every route, not only ``/mcp``.
+MCP-SDK.md §1.10); the web pages (``server.web``) sit beside them. ``SecurityMiddleware`` wraps
+everything, so Host/Origin checks and the bearer token cover every route, not only ``/mcp``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from server.core.settings import Settings
 from server.mcp.tools import build_mcp
 from server.rest import jobs as rest_jobs
 from server.rest import routes as rest
+from server.web import pages as web
+from server.web.app_view import app_html
 
 # Request-body cap of /mcp: an inline upload of 1 MiB grows by 4/3 in base64, plus JSON framing.
 MCP_BODY_LIMIT = 2 * 1024 * 1024
@@ -53,7 +55,7 @@ async def _crash(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings) -> Starlette:
     """Build the whole server. Each call builds a fresh MCP server (a session manager runs once)."""
     holder = LensHolder()
-    mcp = build_mcp(settings, holder)
+    mcp = build_mcp(settings, holder, app_html=app_html())
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=False,  # keep SSE: progress notifications need it
@@ -77,7 +79,13 @@ def create_app(settings: Settings) -> Starlette:
                 holder.lens = holder.monitor = None
 
     app = Starlette(
-        routes=[*rest.routes(), *rest_jobs.routes(), *chat.routes(), Route("/mcp", endpoint=mcp_app)],
+        routes=[
+            *rest.routes(),
+            *rest_jobs.routes(),
+            *chat.routes(),
+            Route("/mcp", endpoint=mcp_app),
+            *web.routes(),
+        ],
         middleware=[Middleware(SecurityMiddleware, settings=settings)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=lifespan,

@@ -23,7 +23,13 @@ def render_grid(heatmap: Heatmap, *, max_cols: int = 16, max_rows: int = 16, sha
     m = hm.matrix()
     if m.shape[1] > max_cols or m.shape[0] > max_rows:
         rb = make_heatmap(
-            m, title=hm.title, variant=hm.variant, step=hm.step, max_cols=max_cols, max_rows=max_rows
+            m,
+            title=hm.title,
+            variant=hm.variant,
+            step=hm.step,
+            max_cols=max_cols,
+            max_rows=max_rows,
+            scale=hm.scale,
         )
         update: dict[str, object] = {
             "note": f"{hm.dp_size} x {hm.pp_size} grid bucketed to {len(rb.dp_labels)} x "
@@ -42,8 +48,9 @@ def render_grid(heatmap: Heatmap, *, max_cols: int = 16, max_rows: int = 16, sha
     width = max(5, max(len(lbl) for lbl in hm.dp_labels) + 1)
     rl = max(3, max(len(lbl) for lbl in hm.pp_labels))
     lines = [hm.title]
-    if hm.note:
-        lines.append(f"({hm.note})")
+    notes = [n for n in (hm.note, hm.scale_note) if n]
+    if notes:
+        lines.append(f"({'; '.join(notes)})")
     corner = "PP\\DP"
     lines.append(
         f"{corner:>{rl + 3}} " + "".join(f"{lbl:>{width + (1 if shades else 0)}}" for lbl in hm.dp_labels)

@@ -7,16 +7,40 @@ error shape of ``server.core.errors``.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+from http.cookies import SimpleCookie
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.core.errors import error_response
 from server.core.settings import LOOPBACK_HOSTS, Settings
+
+# The web pages' login cookie. Its value is derived from the token (an HMAC), so the token itself
+# never sits in a browser's cookie jar, and a new token file logs every browser out.
+SESSION_COOKIE = "lens_session"
+# Paths that answer JSON (a refusal is a 401 body); every other path is a page (a refusal sends the
+# browser to the login form). The login form and its static files are reachable without a token.
+API_PREFIXES = ("/api", "/mcp", "/healthz")
+PUBLIC_PREFIXES = ("/login", "/static/")
+SAFE_METHODS = ("GET", "HEAD")
+
+
+def session_value(token: str) -> str:
+    """The login cookie's value for ``token``."""
+    return hmac.new(token.encode(), b"straggler-lens web session", hashlib.sha256).hexdigest()
+
+
+def session_cookie(token: str, secure: bool) -> str:
+    """A ``Set-Cookie`` value: HttpOnly (no script reads it), SameSite=Strict (no other site's
+    page sends it), path /, for the browser session only."""
+    flags = "; Secure" if secure else ""
+    return f"{SESSION_COOKIE}={session_value(token)}; HttpOnly; SameSite=Strict; Path=/{flags}"
 
 
 def split_host(value: str) -> tuple[str, str | None]:
@@ -90,13 +114,16 @@ class SecurityMiddleware:
     """Refuse requests with a foreign Host (421) or Origin (403), or without the bearer token (401).
 
     A missing Origin is allowed (non-browser clients send none). The token is compared in
-    constant time and accepted only in the ``Authorization`` header, never in the query string.
+    constant time and accepted only in the ``Authorization`` header, never in the query string;
+    browsers log in once through the web pages' form and then send the ``lens_session`` cookie
+    (see ``_refusal`` for where it counts). Unauthenticated page requests are sent to ``/login``.
     """
 
     def __init__(self, app: ASGIApp, settings: Settings):
         self.app = app
         self.policy = HostPolicy(settings)
         self.token = settings.token.encode() if settings.token else None
+        self.session = session_value(settings.token).encode() if settings.token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,19 +146,66 @@ class SecurityMiddleware:
             return
         # slash commands carry the chat platform's signature instead (checked by their routes)
         if self.token is not None and not str(scope.get("path", "")).startswith(SIGNED_PATHS):
-            auth = headers.get("authorization", "")
-            scheme, _, given = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
-                reason = "missing" if not auth else "wrong"
-                resp = error_response(
-                    401,
-                    "unauthorized",
-                    f"bearer token {reason}; send 'Authorization: Bearer <token>'",
-                    headers={"WWW-Authenticate": 'Bearer realm="straggler-lens"'},
-                )
-                await resp(scope, receive, send)
+            refusal = self._refusal(scope, headers, origin)
+            if refusal is not None:
+                await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope, headers: Headers, origin: str | None) -> ASGIApp | None:
+        """Why a request is not authenticated (a response), or None when it is.
+
+        The bearer header works everywhere. The login cookie works for pages and for the pages'
+        own fetches of ``/api`` (not from another site: ``Sec-Fetch-Site`` same-site or
+        cross-site is refused), never for ``/mcp``; a request that changes something on the
+        strength of the cookie must carry an allowed ``Origin``.
+        """
+        path: str = scope.get("path", "")
+        method: str = scope.get("method", "GET")
+        is_api = path.startswith(API_PREFIXES)
+        auth = headers.get("authorization", "")
+        scheme, _, given = auth.partition(" ")
+        assert self.token is not None
+        if auth and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
+            return None
+        if path.startswith(PUBLIC_PREFIXES) and not auth:
+            if method not in SAFE_METHODS and origin is None:
+                return error_response(403, "origin_required", "a form post must carry an Origin header")
+            return None
+        if not auth and self._has_session(headers) and not path.startswith("/mcp"):
+            if is_api and headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+                return error_response(
+                    403, "cross_site", "the login cookie is refused on requests from another site"
+                )
+            if method not in SAFE_METHODS and origin is None:
+                return error_response(
+                    403, "origin_required", "a request signed by the login cookie must carry an Origin header"
+                )
+            return None
+        if not is_api and not auth and method in SAFE_METHODS:
+            target = path + (
+                f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
+            )
+            return RedirectResponse(f"/login?{urlencode({'next': target})}", status_code=303)
+        reason = "missing" if not auth else "wrong"
+        return error_response(
+            401,
+            "unauthorized",
+            f"bearer token {reason}; send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": 'Bearer realm="straggler-lens"'},
+        )
+
+    def _has_session(self, headers: Headers) -> bool:
+        raw = headers.get("cookie")
+        if not raw or self.session is None:
+            return False
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(raw)
+        except Exception:  # a malformed cookie header is no session
+            return False
+        morsel = jar.get(SESSION_COOKIE)
+        return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.session)
 
 
 class PathNotAllowed(ValueError):

@@ -319,22 +319,32 @@ class Lens:
 
         return self._result("diagnosis", rec.id, "", compute, Diagnosis)
 
-    def heatmap(self, trace_id: str, step: int | None = None) -> tuple[bytes, Any, str]:
+    def heatmap_model(self, trace_id: str, step: int | None = None, scale: str = "fixed") -> Any:
+        """The ``Heatmap`` of the job, or of one step, on the ``fixed`` or ``adaptive`` scale."""
+        from diagnosers.heatmap import job_heatmap, step_heatmap
+
+        if scale not in ("fixed", "adaptive"):
+            raise ApiError(400, "bad_parameter", f"scale={scale!r} must be 'fixed' or 'adaptive'")
+        report = self.whatif(trace_id)
+        hm = job_heatmap(report, scale=scale) if step is None else step_heatmap(report, step, scale=scale)  # type: ignore[arg-type]
+        if hm is None:
+            raise ApiError(
+                400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(report.steps)}"
+            )
+        return hm
+
+    def heatmap(self, trace_id: str, step: int | None = None, scale: str = "fixed") -> tuple[bytes, Any, str]:
         """(PNG bytes, ``Heatmap``, text grid) of the job heatmap, or of one step's heatmap.
 
         The PNG is cached (base64 in the results table) because drawing costs more than the
         lookup; the grid and the matrix come from the cached report.
         """
-        from diagnosers.heatmap import job_heatmap, step_heatmap
         from diagnosers.render.text import render_grid
 
-        report = self.whatif(trace_id)
-        hm = job_heatmap(report) if step is None else step_heatmap(report, step)
-        if hm is None:
-            raise ApiError(
-                400, "bad_step", f"no heatmap for step {step}; traced steps: {shown_steps(report.steps)}"
-            )
+        hm = self.heatmap_model(trace_id, step, scale)
         key = "" if step is None else str(step)
+        if scale != "fixed":
+            key = f"{key}:{scale}"  # the fixed scale keeps the keys of stores written before
 
         def draw() -> str:
             return base64.b64encode(self.run(jobs.heatmap_png, hm)).decode()

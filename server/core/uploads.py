@@ -167,6 +167,7 @@ async def receive_upload(
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
+
         def feed(data: bytes) -> None:
             parser.write(data)
             state.process()

@@ -7,7 +7,6 @@ Outputs are bounded views of the cached results (``server.mcp.views``); the full
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -16,21 +15,17 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from server.core.errors import ApiError
 from server.core.service import Lens, scaled
 from server.mcp.shared import READ_ONLY, ProgressRelay, TraceId, tool_errors
 from server.mcp.views import (
-    DiagnosisView,
-    HeatmapView,
     PatternsView,
     RemediesView,
     WhatIfResult,
     compact_result,
-    diagnosis_view,
-    heatmap_view,
     patterns_view,
     remedies_view,
     whatif_result,
@@ -98,29 +93,6 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
         await relay.step(1.0, "done")
         return compact_result(L.memo(key, result))
 
-    @mcp.tool(title="Slowdown heatmap (DP x PP)", annotations=READ_ONLY)
-    @tool_errors
-    async def get_heatmap(
-        trace_id: TraceId,
-        ctx: Context[Any],
-        step: Annotated[int | None, Field(description="one step's heatmap; omit for the whole job")] = None,
-    ) -> Annotated[CallToolResult, HeatmapView]:
-        """A DP-rank x PP-rank slowdown heatmap as a PNG image plus a text grid (1.0 = not slowed).
-
-        A hot row is one slow pipeline stage, a hot cell one slow worker. PNG also at
-        GET /api/traces/{trace_id}/heatmap.png[?step=N].
-        """
-        L = lens()
-        png, hm, grid = await run(L.heatmap, trace_id, step)
-        view = heatmap_view(trace_id, hm, grid, len(png))
-        return CallToolResult(
-            content=[
-                TextContent(type="text", text=grid),
-                ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"),
-            ],
-            structured_content=view.model_dump(mode="json"),
-        )
-
     async def stored_document(trace_id: str, kind: str) -> str:
         """The full JSON of a stored result (``whatif`` or ``diagnosis``), computed on first read."""
         L = lens()
@@ -138,25 +110,6 @@ def register_analysis_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
     if not have["diagnose"]:
         return
-
-    @mcp.tool(title="Diagnose a slow job", annotations=READ_ONLY)
-    @tool_errors
-    async def diagnose(trace_id: TraceId, ctx: Context[Any]) -> Annotated[CallToolResult, DiagnosisView]:
-        """Diagnose one trace: slowdown, ranked causes with location (DP/PP ranks, steps), remedies with
-        simulated speedups, similar past incidents and the per-worker heatmap values.
-
-        The shape of `straggler-lens diagnose --json`, with long lists capped (see `truncated`);
-        the full document is at GET /api/traces/{trace_id}/diagnosis.
-        """
-        relay = ProgressRelay(ctx)
-        L = lens()
-
-        def compute() -> DiagnosisView:
-            return diagnosis_view(trace_id, L.diagnosis(trace_id, relay))
-
-        view: DiagnosisView = await memoised(("view:diagnosis", trace_id), compute)
-        await relay.step(1.0, "done")
-        return compact_result(view)
 
     @mcp.tool(title="Classify straggler patterns", annotations=READ_ONLY)
     @tool_errors

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 import anyio
 import anyio.from_thread
 from mcp.server import MCPServer
+from mcp.server.apps import Apps
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import Field
 
@@ -29,6 +30,7 @@ from server.core.security import resolve_allowed
 from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.staging import FileSink, StagedFile, UploadBudget, safe_filename, write_bytes
+from server.mcp.app import app_tools
 from server.mcp.shared import READ_ONLY, UPLOAD, Limit, Offset, Size, TraceId, tool_errors
 
 P = ParamSpec("P")
@@ -41,9 +43,12 @@ gains and similar past incidents; get_heatmap shows where the slowdown sits; run
 "what if these ops/ranks/steps ran at their typical speed". Incident tools search a library of
 public straggler incidents. All trace tools take the trace_id handle; list_traces shows stored ones."""
 
-def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
+
+def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> MCPServer[Any]:
     """The MCP server. ``holder.lens`` is set by the app's lifespan; when the MCP server runs on
-    its own (the SDK's in-process client), its lifespan opens a ``Lens`` itself."""
+    its own (the SDK's in-process client), its lifespan opens a ``Lens`` itself. ``app_html``
+    is the MCP App document (``server.web.app_html``); with it, ``diagnose`` and ``get_heatmap``
+    are bound to the App (``server.mcp.app``)."""
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[Any]) -> AsyncIterator[Lens]:
@@ -57,14 +62,24 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
             finally:
                 holder.lens = None
 
-    mcp: MCPServer[Any] = MCPServer(
-        "straggler-lens", version=app_version(), instructions=INSTRUCTIONS, lifespan=lifespan
-    )
     have = features()
 
     def lens() -> Lens:
         lens_: Lens = holder.require()
         return lens_
+
+    # the App's tools and resource first: the SDK applies an extension when it builds the server
+    apps = Apps()
+    plain_tools = app_tools(apps, lens, have, app_html)
+    mcp: MCPServer[Any] = MCPServer(
+        "straggler-lens",
+        version=app_version(),
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        extensions=[apps] if app_html is not None else [],
+    )
+    for fn, kw in plain_tools:
+        mcp.add_tool(fn, **kw)
 
     async def run(fn: Callable[..., R], *args: Any) -> R:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args))
@@ -109,6 +124,7 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         }
         budget = UploadBudget(L.settings.max_upload_bytes, L.settings.max_decompressed_bytes)
         cap = L.settings.max_inline_bytes
+
         def staged(write: Callable[[Path], list[StagedFile]]) -> tuple[Path, list[StagedFile]]:
             # a failed write (413, bad gzip, path refused) must not leave its staging folder behind
             staging = L.store.staging_dir()

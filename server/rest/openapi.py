@@ -57,6 +57,8 @@ ERRORS = {
 }
 PAGE = [_q("limit", "page size, 1..100", "integer"), _q("offset", "items to skip", "integer")]
 TRACE = _path("trace_id", "trace handle returned by the upload")
+STEP = _q("step", "one step's heatmap instead of the job's", "integer")
+SCALE = _q("scale", "fixed (the study's 1.0-1.5, the default) or adaptive (stretched over the values)")
 
 
 def build_openapi(version: str) -> dict[str, Any]:
@@ -146,7 +148,7 @@ def build_openapi(version: str) -> dict[str, Any]:
         "/api/traces/{trace_id}/heatmap.png": {
             "get": {
                 "summary": "DP x PP slowdown heatmap",
-                "parameters": [TRACE, _q("step", "one step's heatmap instead of the job's", "integer")],
+                "parameters": [TRACE, STEP, SCALE],
                 "responses": {"200": {"description": "PNG", "content": {"image/png": {}}}, **ERRORS},
             }
         },
@@ -161,6 +163,13 @@ def build_openapi(version: str) -> dict[str, Any]:
                     "200": {"description": "trace-event JSON", "content": {"application/json": {}}},
                     **ERRORS,
                 },
+            }
+        },
+        "/api/traces/{trace_id}/heatmap.json": {
+            "get": {
+                "summary": "DP x PP slowdown heatmap as data (values, labels, colour scale, clipping)",
+                "parameters": [TRACE, STEP, SCALE],
+                "responses": {"200": _json("Heatmap", "ok"), **ERRORS},
             }
         },
     }

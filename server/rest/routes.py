@@ -148,8 +148,18 @@ async def get_diagnosis(request: Request) -> Response:
 async def get_heatmap_png(request: Request) -> Response:
     lens = lens_of(request)
     step = int_param(request, "step", None, lo=-(2**62))
-    png, _, _ = await anyio.to_thread.run_sync(lens.heatmap, request.path_params["trace_id"], step)
+    scale = request.query_params.get("scale") or "fixed"
+    png, _, _ = await anyio.to_thread.run_sync(lens.heatmap, request.path_params["trace_id"], step, scale)
     return Response(png, media_type="image/png")
+
+
+async def get_heatmap_json(request: Request) -> Response:
+    """The heatmap as data: what the web page and the MCP App draw."""
+    lens = lens_of(request)
+    step = int_param(request, "step", None, lo=-(2**62))
+    scale = request.query_params.get("scale") or "fixed"
+    hm = await anyio.to_thread.run_sync(lens.heatmap_model, request.path_params["trace_id"], step, scale)
+    return JSONResponse(hm.model_dump(mode="json"))
 
 
 # -- incidents (mirrors the IL-0417 API) ----------------------------------------------------------
@@ -235,6 +245,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
         Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),
         Route("/api/traces/{trace_id}/timeline.json", get_timeline, methods=["GET"]),
+        Route("/api/traces/{trace_id}/heatmap.json", get_heatmap_json, methods=["GET"]),
         Route("/api/cases", list_cases, methods=["GET"]),
         Route("/api/cases/{case_id}", get_case, methods=["GET"]),
         Route("/api/cases/{case_id}/similar", similar_cases, methods=["GET"]),

@@ -80,6 +80,10 @@ def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) ->
     assert cmp["remedies"] and cmp["remedies"][0]["actual_speedup"] > 1
     md = api(lens, "/api/jobs/llama-run7/windows/w1/diagnosis.md")
     assert md.headers["content-type"].startswith("text/markdown") and "**S = " in md.text
+    # the web index lists the watched job, linked to its latest window's trace page
+    index = api(lens, "/")
+    assert index.status_code == 200 and 'id="jobs"' in index.text
+    assert "llama-run7" in index.text and f'href="/traces/{w2["trace_id"]}"' in index.text
 
 
 def test_grace_period_names_the_missing_rank(lens: LiveLens, tmp_path: Path) -> None:

@@ -47,11 +47,19 @@ def handle(args: argparse.Namespace) -> int:
 
     from diagnosers.readers import load_trace
     from diagnosers.whatif import analyze
+    from server.cli.progress import progress_bar
 
-    trace = load_trace(args.paths, read_options(args))
+    with progress_bar("analyze ") as bar:
+        bar(0.0, "reading the trace")
+        trace = load_trace(args.paths, read_options(args))
+        if "timeline" in args.include:
+            bar(1.0, "")
+        else:
+            report = analyze(
+                trace, exact_top_k=args.exact_top_k, progress=lambda f, m: bar(0.05 + 0.95 * f, m)
+            )
     if "timeline" in args.include:
         return handle_with_timeline(args, trace)
-    report = analyze(trace, exact_top_k=args.exact_top_k)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=1))
     else:

@@ -40,10 +40,18 @@ def similar_function() -> Callable[..., Any]:
 def handle(args: argparse.Namespace) -> int:
     from diagnosers.diagnose import diagnose
     from diagnosers.readers import load_trace
+    from server.cli.progress import progress_bar
 
-    trace = load_trace(args.paths, read_options(args))
-    similar = None if args.no_similar else similar_function()
-    diagnosis = diagnose(trace, similar=similar, layers_per_stage=args.layers_per_stage)
+    with progress_bar("diagnose ") as bar:
+        bar(0.0, "reading the trace")
+        trace = load_trace(args.paths, read_options(args))
+        similar = None if args.no_similar else similar_function()
+        diagnosis = diagnose(
+            trace,
+            similar=similar,
+            layers_per_stage=args.layers_per_stage,
+            progress=lambda f, m: bar(0.05 + 0.95 * f, m),
+        )
     if args.heatmap and diagnosis.heatmap is not None:
         from diagnosers.render.png import render_png
 

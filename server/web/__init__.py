@@ -1,0 +1,1 @@
+"""The web surface: server-rendered pages over the core (Jinja2, a little vanilla JavaScript)."""
