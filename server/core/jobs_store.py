@@ -14,11 +14,12 @@ Tables (added next to ``traces`` / ``results``; plain SQL that a PostgreSQL stor
   retried with exponential backoff and jitter up to ``max_tries``) and ``deliveries`` (one row
   per try: the delivery log).
 
-Concurrency: every state change is one ``UPDATE ... WHERE <expected state>`` (or one
-``BEGIN IMMEDIATE`` transaction), so two replicas sharing the database never both claim a task or
-an outbox row and never finish one window twice. A PostgreSQL implementation keeps the same
-statements, with ``FOR UPDATE SKIP LOCKED`` in the claim sub-selects. Times are Unix seconds
-(floats); ``now`` is a parameter so tests and replicas agree on one clock per call.
+Concurrency: every state change is one ``UPDATE ... WHERE <expected state>`` (or one write
+transaction: ``BEGIN IMMEDIATE`` on SQLite; on PostgreSQL one keyed by the job, see
+``server.core.db``), so two replicas sharing the database never both claim a task or an outbox
+row and never finish one window twice. On PostgreSQL the claim sub-selects add
+``FOR UPDATE SKIP LOCKED``: concurrent claimers skip a row another is taking instead of waiting.
+Times are Unix seconds (floats); ``now`` is a parameter so tests and replicas agree on one clock per call.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import json
 import random
 import secrets
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -213,41 +213,33 @@ class WindowConflict(Exception):
 
 
 class JobStore:
-    """Jobs / windows / queue / outbox on the connection of an open :class:`server.core.store.Store`.
-
-    Uses the store's one connection and lock; every method is short (rows only, no analysis).
+    """Jobs / windows / queue / outbox in the database of an open store (SQLite or PostgreSQL;
+    the store's migrations created the tables). Every method is short (rows only, no analysis).
     """
 
     def __init__(self, store: Any):
         self.store = store
 
     def open(self) -> JobStore:
-        with self.store._lock:
-            self.store._db().executescript(SCHEMA)
+        """Nothing left to do: the store's versioned migrations own the schema."""
         return self
+
+    @property
+    def _skip_locked(self) -> str:
+        return " FOR UPDATE SKIP LOCKED" if self.store.db.dialect == "postgresql" else ""
 
     # -- plumbing --------------------------------------------------------------------------------
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``: the write lock up front, so a claim's
-        read-then-update cannot interleave with another process's)."""
-        with self.store._lock:
-            db: sqlite3.Connection = self.store._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _tx(self, key: str | None = None) -> Iterator[Any]:
+        """One write transaction; ``key`` serialises the read-then-writes of one job across
+        replicas (SQLite's ``BEGIN IMMEDIATE`` serialises every write anyway)."""
+        with self.store.db.tx(key) as db:
+            yield db
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self.store._lock:
-            db: sqlite3.Connection = self.store._db()
-            cur = db.execute(sql, tuple(args))
-            cols = [c[0] for c in cur.description]
-            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows: list[dict[str, Any]] = self.store.db.read(sql, args)
+        return rows
 
     # -- jobs and windows ------------------------------------------------------------------------
 
@@ -273,7 +265,7 @@ class JobStore:
         another file; the same file again (a client retry) is ``created=False``.
         """
         now = time.time() if now is None else now
-        with self._tx() as db:
+        with self._tx(key=f"job:{job}") as db:
             db.execute("INSERT OR IGNORE INTO jobs VALUES (?, ?, ?)", (job, now, now))
             db.execute("UPDATE jobs SET updated_at = ? WHERE name = ?", (now, job))
             row = db.execute(
@@ -337,7 +329,7 @@ class JobStore:
         return RankArrival(created, assembled, got)
 
     @staticmethod
-    def _assemble(db: sqlite3.Connection, job: str, window: str, now: float, max_tries: int = 3) -> bool:
+    def _assemble(db: Any, job: str, window: str, now: float, max_tries: int = 3) -> bool:
         cur = db.execute(
             "UPDATE windows SET status='analysing', updated_at=? WHERE job=? AND id=? AND status='receiving'",
             (now, job, window),
@@ -421,7 +413,11 @@ class JobStore:
     ) -> tuple[int, list[dict[str, Any]]]:
         """(total, most recently updated first page) of jobs with their window counts and the
         latest window's id, status and summary. ``pattern`` is a SQL GLOB on the name."""
-        where, args = ("WHERE j.name GLOB ?", [pattern]) if pattern else ("", [])
+        where, args = ("", [])
+        if pattern and self.store.db.dialect == "postgresql":
+            where, args = ("WHERE j.name LIKE ? ESCAPE '!'", [_glob_to_like(pattern)])
+        elif pattern:
+            where, args = ("WHERE j.name GLOB ?", [pattern])
         total = self._read(f"SELECT COUNT(*) AS n FROM jobs j {where}", args)[0]["n"]
         rows = self._read(
             f"SELECT j.name, j.created_at, j.updated_at,"
@@ -448,7 +444,8 @@ class JobStore:
             cur = db.execute(
                 "UPDATE tasks SET lease_owner=?, lease_until=?, tries=tries+1 WHERE id = ("
                 " SELECT id FROM tasks WHERE state='queued' AND not_before <= ?"
-                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY id LIMIT 1)"
+                " AND (lease_until IS NULL OR lease_until < ?)"
+                f" ORDER BY id LIMIT 1{self._skip_locked})"
                 " RETURNING id, tries, max_tries, kind, job, window",
                 (owner, now + lease_s, now, now),
             )
@@ -492,7 +489,7 @@ class JobStore:
             self._fail(db, claim, reason, now)
 
     @staticmethod
-    def _fail(db: sqlite3.Connection, claim: Claim, reason: str, now: float) -> None:
+    def _fail(db: Any, claim: Claim, reason: str, now: float) -> None:
         db.execute(
             "UPDATE tasks SET state='failed', finished_at=?, error=?, lease_owner=NULL WHERE id=?",
             (now, reason, claim.id),
@@ -524,7 +521,7 @@ class JobStore:
         now = time.time() if now is None else now
         job, window = claim.row["job"], claim.row["window"]
         raised: list[str] = []
-        with self._tx() as db:
+        with self._tx(key=f"job:{job}") as db:
             cur = db.execute(
                 "UPDATE windows SET status='done', reason=NULL, trace_id=?, summary=?, notes=?, updated_at=?"
                 " WHERE job=? AND id=? AND status='analysing'",
@@ -588,7 +585,8 @@ class JobStore:
             row = db.execute(
                 "UPDATE outbox SET lease_owner=?, lease_until=?, tries=tries+1 WHERE id = ("
                 " SELECT id FROM outbox WHERE state='pending' AND next_at <= ?"
-                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY next_at, id LIMIT 1)"
+                " AND (lease_until IS NULL OR lease_until < ?)"
+                f" ORDER BY next_at, id LIMIT 1{self._skip_locked})"
                 " RETURNING id, tries, max_tries, alert_id, destination",
                 (owner, now + lease_s, now, now),
             ).fetchone()
@@ -690,6 +688,21 @@ class JobStore:
         for r in self._read("SELECT state AS k, COUNT(*) AS n FROM outbox GROUP BY state"):
             out[f"outbox_{r['k']}"] = int(r["n"])
         return out
+
+
+def _glob_to_like(pattern: str) -> str:
+    """A GLOB pattern (``*``, ``?``) as LIKE with ``!`` escaping (character classes stay literal)."""
+    out = []
+    for ch in pattern:
+        if ch in "%_!":
+            out.append("!" + ch)
+        elif ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _window(row: dict[str, Any], ranks: list[int]) -> WindowRow:

@@ -115,7 +115,9 @@ class Monitor:
         self.settings = settings or MonitorSettings()
         self.rules = rules or AlertRules()
         self.jobs = JobStore(lens.store).open()
-        self.owner = new_owner()
+        # in a shared database a lease names the replica holding it (operators, tests)
+        replica = getattr(lens.store, "replica", None)
+        self.owner = f"{replica}:{new_owner()}" if replica else new_owner()
         self.executor = executor or thread_executor
         self.windows_dir = Path(lens.store.data_dir) / "windows"
         self.windows_dir.mkdir(parents=True, exist_ok=True)

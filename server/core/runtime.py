@@ -19,7 +19,7 @@ from server.core import jobs
 from server.core.executor import Executor, LocalExecutor, ProcessExecutor
 from server.core.service import Lens
 from server.core.settings import Settings
-from server.core.store import Store
+from server.core.store import open_store
 
 log = logging.getLogger("straggler_lens.server")
 
@@ -63,7 +63,18 @@ def open_library() -> Any:
 def open_executor(settings: Settings, with_library: bool) -> Executor:
     """The executor of a running server: worker processes (one per core by default, each with
     its trace cache and, when the server has one, the incident library), or threads when
-    ``settings.workers == 0``."""
+    ``settings.workers == 0``; with ``settings.executor == "ray"``, tasks on the Ray cluster at
+    ``settings.ray_address`` (a local Ray without one), each Ray worker set up like a process."""
+    if settings.executor == "ray":
+        from server.core.ray_executor import RayExecutor
+
+        return RayExecutor(
+            settings.ray_address,
+            settings.workers or None,
+            settings.max_queue,
+            initializer=jobs.init_worker,
+            initargs=(settings.trace_cache_size, with_library),
+        )
     if settings.workers == 0:
         return LocalExecutor(max_queue=settings.max_queue)
     pool = ProcessExecutor(
@@ -94,7 +105,8 @@ def preload_sample(lens: Lens) -> str:
 async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
     """Open the store, the incident library and the executor; close them on the way out."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = await anyio.to_thread.run_sync(Store(settings.data_dir).open)
+    store = open_store(settings.data_dir, settings.database, settings.replica)
+    await anyio.to_thread.run_sync(store.open)
     executor: Executor | None = None
     try:
         library = await anyio.to_thread.run_sync(open_library)

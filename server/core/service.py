@@ -33,7 +33,7 @@ from server.core.jobs import READ_KEYS, JobContext, TraceRef, read_options, trac
 from server.core.models import TraceInfo, TraceSummary, UploadResult
 from server.core.settings import Settings
 from server.core.staging import META_SUFFIXES, StagedFile, content_hash
-from server.core.store import Store, TraceRecord
+from server.core.store import TraceRecord, TraceStore
 
 __all__ = ["READ_KEYS", "Lens", "check_selector", "read_options", "scaled", "shown_steps", "trace_error"]
 
@@ -93,7 +93,7 @@ class Lens:
     """Application state shared by REST routes and MCP tools (one per running server)."""
 
     def __init__(
-        self, settings: Settings, store: Store, library: Any = None, executor: Executor | None = None
+        self, settings: Settings, store: TraceStore, library: Any = None, executor: Executor | None = None
     ):
         self.settings = settings
         self.store = store

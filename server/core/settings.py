@@ -81,6 +81,13 @@ class Settings:
     # how many jobs may wait for one before requests are refused with a 503
     workers: int | None = None
     max_queue: int = 64
+    # where state lives and where analyses run (a cluster): None = SQLite in data_dir, else a
+    # postgresql:// URL shared by replicas (``replica`` names this one's staging folder);
+    # executor "local" (the process pool above) or "ray" (tasks on the cluster at ray_address)
+    database: str | None = None
+    replica: str | None = None
+    executor: str = "local"
+    ray_address: str | None = None
     # the monitoring service (server/core/monitor.py): window grace period, lease and poll seconds,
     # the address chat platforms see, parsed --alerts rules, slash-command secrets
     grace_s: float = 300.0
@@ -121,6 +128,15 @@ class Settings:
             raise SettingsError("the executor queue bound must be 0 or more")
         if self.max_ops is not None and self.max_ops < 1:
             raise SettingsError("--max-ops must be positive")
+        if self.database and not self.database.startswith(("postgresql://", "postgres://", "sqlite:")):
+            raise SettingsError(
+                f"--database {self.database!r}: give a postgresql://user@host:port/dbname URL "
+                "(or omit it for SQLite in the data folder)"
+            )
+        if self.executor not in ("local", "ray"):
+            raise SettingsError(f"--executor {self.executor!r}: choose local or ray")
+        if self.executor != "ray" and self.ray_address:
+            raise SettingsError("--ray-address needs --executor ray")
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 

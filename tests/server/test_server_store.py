@@ -1,11 +1,16 @@
-"""The store: dedup by content, atomic commits, crash recovery, results that survive a restart."""
+"""The store: dedup by content, atomic commits, crash recovery, results that survive a restart.
+
+Every test runs on both implementations: SQLite in the data folder and PostgreSQL (a real
+throwaway server, ``tests/conftest.py``) with the same folder as its shared trace folder.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,32 +19,42 @@ from server.core.errors import ApiError
 from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.staging import UploadBudget, content_hash, write_bytes
-from server.core.store import Store
+from server.core.store import MIGRATIONS, SCHEMA_VERSION, PostgresStore, Store, TraceStore
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], TraceStore]:
+    """Opens a store of the test's kind on ``tmp_path`` (a PostgreSQL one on a fresh database,
+    the same database on every call: a restart)."""
+    if request.param == "sqlite":
+        return lambda: Store(tmp_path).open()
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresStore(tmp_path, dsn, replica="r1").open()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def store(make_store: Callable[[], TraceStore]) -> Iterator[TraceStore]:
     """An open store in a fresh data folder, closed after the test."""
-    opened = Store(tmp_path).open()
+    opened = make_store()
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def st_lens(tmp_path: Path, store: Store, st_files: list[Path]) -> tuple[Lens, str]:
+def st_lens(tmp_path: Path, store: TraceStore, st_files: list[Path]) -> tuple[Lens, str]:
     """A service over ``store`` holding the ST sample, and the sample's trace id."""
     lens = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
     return lens, lens.ingest(folder, files, {}, "ST").trace_id
 
 
-def stage(store: Store, files: dict[str, bytes]) -> tuple[Path, list]:
+def stage(store: TraceStore, files: dict[str, bytes]) -> tuple[Path, list]:
     folder = store.staging_dir()
     budget = UploadBudget(10**9, 10**9)
     return folder, [write_bytes(folder, name, data, budget) for name, data in files.items()]
 
 
-def test_same_content_answers_the_stored_record(tmp_path: Path, store: Store) -> None:
+def test_same_content_answers_the_stored_record(tmp_path: Path, store: TraceStore) -> None:
     folder, files = stage(store, {"a.jsonl": b"1\n"})
     h = content_hash(files, {})
     rec, created = store.commit_trace(
@@ -56,7 +71,7 @@ def test_same_content_answers_the_stored_record(tmp_path: Path, store: Store) ->
     assert content_hash(files2, {"dp": 2}) != h, "other read options make another trace"
 
 
-def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path, store: Store) -> None:
+def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path, store: TraceStore) -> None:
     ids = set()
     for i in range(5):
         folder, files = stage(store, {"a.jsonl": str(i).encode()})
@@ -69,33 +84,43 @@ def test_trace_ids_are_random_and_unguessable_strings_are_unknown(tmp_path: Path
     assert store.get("0" * 32) is None
 
 
-def test_open_removes_half_written_uploads_and_orphan_folders(tmp_path: Path, store: Store) -> None:
+def test_open_removes_half_written_uploads_and_orphan_folders(
+    tmp_path: Path, store: TraceStore, make_store: Callable[[], TraceStore]
+) -> None:
     folder, _ = stage(store, {"a.jsonl": b"partial"})  # an upload killed mid-way
     orphan = store.traces_dir / ("f" * 32)  # renamed into place, but the row never written
     orphan.mkdir()
     (orphan / "x").write_bytes(b"x")
+    if isinstance(store, PostgresStore):  # shared folder: only orphans older than an hour go
+        young = store.traces_dir / ("e" * 32)  # another replica between its rename and its insert
+        young.mkdir()
+        os.utime(orphan, (0, 0))
     store.close()
-    reopened = Store(tmp_path).open()
+    reopened = make_store()
+    if isinstance(store, PostgresStore):
+        assert young.is_dir()
     assert not folder.exists() and not orphan.exists()
     assert reopened.page(10, 0) == (0, [])
     reopened.close()
 
 
-def test_results_survive_a_restart(tmp_path: Path, store: Store) -> None:
+def test_results_survive_a_restart(
+    tmp_path: Path, store: TraceStore, make_store: Callable[[], TraceStore]
+) -> None:
     folder, files = stage(store, {"a.jsonl": b"1"})
     rec, _ = store.commit_trace(
         folder, content_hash=content_hash(files, {}), name="a", files=["a.jsonl"], options={}, summary={}
     )
     store.put_result(rec.id, "whatif", "", '{"s": 1.5}')
     store.close()
-    again = Store(tmp_path).open()
+    again = make_store()
     assert again.get_result(rec.id, "whatif") == '{"s": 1.5}'
     assert again.cached_kinds(rec.id) == {"whatif"}
     assert (again.traces_dir / rec.id / "a.jsonl").read_bytes() == b"1"
     again.close()
 
 
-def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path, store: Store) -> None:
+def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path, store: TraceStore) -> None:
     lens = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {"x.csv": b"garbage,1\n2,3\n"})
     with pytest.raises(ApiError) as err:
@@ -103,13 +128,11 @@ def test_a_rejected_trace_leaves_nothing_behind(tmp_path: Path, store: Store) ->
     assert err.value.status == 422 and "x.csv" in err.value.message
     assert str(tmp_path) not in err.value.message, "server folders are not leaked"
     assert list(store.tmp_dir.iterdir()) == [] and list(store.traces_dir.iterdir()) == []
-    assert (
-        sqlite3.connect(tmp_path / "lens.sqlite3").execute("SELECT COUNT(*) FROM traces").fetchone()[0] == 0
-    )
+    assert store.db.read("SELECT COUNT(*) AS n FROM traces")[0]["n"] == 0
 
 
 def test_ingest_parses_stores_and_reloads_the_st_sample(
-    tmp_path: Path, store: Store, st_files: list[Path]
+    tmp_path: Path, store: TraceStore, st_files: list[Path]
 ) -> None:
     lens = Lens(Settings(data_dir=tmp_path), store)
     folder, files = stage(store, {p.name: p.read_bytes() for p in st_files})
@@ -124,7 +147,7 @@ def test_ingest_parses_stores_and_reloads_the_st_sample(
 
 
 def test_a_stored_scenario_never_answers_a_selector_the_job_cannot_have(
-    tmp_path: Path, store: Store, st_lens: tuple[Lens, str]
+    tmp_path: Path, store: TraceStore, st_lens: tuple[Lens, str]
 ) -> None:
     lens, tid = st_lens
     good = lens.scenario(tid, pp_ranks=[3])
@@ -157,14 +180,30 @@ def test_step_heatmap_is_the_asked_step_and_unknown_steps_are_named(st_lens: tup
     assert err.value.code == "bad_step" and str(steps[0]) in err.value.message
 
 
-def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: Path, store: Store) -> None:
+def test_an_analysis_error_names_the_uploaded_file_not_server_folders(
+    tmp_path: Path, store: TraceStore
+) -> None:
     # step 1 lacks the backward: the reader accepts it, the engine's graph does not
     header = {"format": "straggler-lens/native", "version": 1, "job": {"dp_size": 1, "pp_size": 1}}
     rows = [
-        {"dp_rank": 0, "stage": 0, "rank": 0, "step": step, "optype": optype, "start_ts": step + start,
-         "duration": 0.01, "seq_id": 0, "mc": 0, "gmc": 0, "mb_id": 0}
-        for step, optype, start in ((0, "forward-compute", 0.0), (0, "backward-compute", 0.02),
-                                    (1, "forward-compute", 0.0))
+        {
+            "dp_rank": 0,
+            "stage": 0,
+            "rank": 0,
+            "step": step,
+            "optype": optype,
+            "start_ts": step + start,
+            "duration": 0.01,
+            "seq_id": 0,
+            "mc": 0,
+            "gmc": 0,
+            "mb_id": 0,
+        }
+        for step, optype, start in (
+            (0, "forward-compute", 0.0),
+            (0, "backward-compute", 0.02),
+            (1, "forward-compute", 0.0),
+        )
     ]
     data = "\n".join(json.dumps(r) for r in [header, *rows]).encode()
     uploader = Lens(Settings(data_dir=tmp_path), store)
@@ -176,3 +215,49 @@ def test_an_analysis_error_names_the_uploaded_file_not_server_folders(tmp_path: 
             lens.whatif(tid)
         assert err.value.status == 422 and "every step must carry the same ops" in err.value.message
         assert "file=trace.jsonl" in err.value.message and str(tmp_path) not in err.value.message
+
+
+def test_each_replica_stages_in_its_own_folder_and_cleans_only_that(tmp_path: Path, pg_dsn: str) -> None:
+    a = PostgresStore(tmp_path, pg_dsn, replica="a").open()
+    b = PostgresStore(tmp_path, pg_dsn, replica="b").open()
+    sa, sb = a.staging_dir(), b.staging_dir()
+    assert sa.parent != sb.parent
+    b.close()
+    again = PostgresStore(tmp_path, pg_dsn, replica="b").open()  # b restarts: a's upload in flight stays
+    assert sa.is_dir() and not sb.exists()
+    folder, files = stage(a, {"a.jsonl": b"1"})
+    rec, _ = a.commit_trace(
+        folder, content_hash=content_hash(files, {}), name="a", files=["a.jsonl"], options={}, summary={}
+    )
+    assert again.get(rec.id) == rec, "replicas share one database and one trace folder"
+    a.close()
+    again.close()
+
+
+def test_an_old_sqlite_store_upgrades_on_start(tmp_path: Path) -> None:
+    # a data folder written before schema versions: only the version-1 tables, no version table
+    tid = "ab" * 16
+    old = sqlite3.connect(tmp_path / "lens.sqlite3")
+    old.executescript(MIGRATIONS[0][1])
+    old.execute("INSERT INTO traces VALUES (?, 'h', 'n', 't', 1, '[]', '{}', '{}')", (tid,))
+    old.commit()
+    old.close()
+    (tmp_path / "traces" / tid).mkdir(parents=True)
+    store = Store(tmp_path).open()
+    assert store.schema_version() == SCHEMA_VERSION >= 2
+    assert store.get(tid) is not None, "rows written before the upgrade stay"
+    assert store.db.read("SELECT COUNT(*) AS n FROM windows")[0]["n"] == 0, "the service tables exist now"
+    store.close()
+    assert Store(tmp_path).open().schema_version() == SCHEMA_VERSION  # a second start applies nothing
+
+
+def test_replicas_starting_together_apply_each_migration_once(tmp_path: Path, pg_dsn: str) -> None:
+    stores = [PostgresStore(tmp_path, pg_dsn, replica=f"r{i}") for i in range(2)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda s: s.open(), stores))
+    rows = stores[0].db.read("SELECT version FROM schema_version ORDER BY version")
+    assert [r["version"] for r in rows] == [v for v, _ in MIGRATIONS]
+    for s in stores:
+        s.close()

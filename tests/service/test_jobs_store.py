@@ -1,4 +1,5 @@
-"""Jobs, windows, the analysis queue and the alert outbox on a real SQLite store."""
+"""Jobs, windows, the analysis queue and the alert outbox on a real SQLite store and on a real
+PostgreSQL one (a throwaway server, ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 import pytest
 
 from server.core.jobs_store import AlertCandidate, JobStore, WindowConflict, backoff_delay
-from server.core.store import Store
+from server.core.store import PostgresStore, Store
 
 
-@pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[JobStore, JobStore]]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[JobStore, JobStore]]:
     """Two stores on one data folder: two connections, as two replicas would have."""
-    a, b = Store(tmp_path).open(), Store(tmp_path).open()
+    if request.param == "sqlite":
+        a, b = Store(tmp_path).open(), Store(tmp_path).open()
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        a = PostgresStore(tmp_path, dsn, replica="a").open()
+        b = PostgresStore(tmp_path, dsn, replica="b").open()
     try:
         yield JobStore(a).open(), JobStore(b).open()
     finally:

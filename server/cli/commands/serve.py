@@ -127,6 +127,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="worker processes for heavy work (default: one per core; 0 = threads of the server)",
     )
+    p.add_argument(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="postgresql://user@host:port/dbname: state in PostgreSQL, shared by server replicas "
+        "(default: SQLite in the data folder)",
+    )
+    p.add_argument(
+        "--replica-id",
+        default=None,
+        metavar="NAME",
+        help="with --database: this replica's name, its own staging folder tmp/NAME "
+        "(default: host name + random)",
+    )
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray"],
+        help="where analyses run: local worker processes (default) or a Ray cluster",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="with --executor ray: the cluster (host:port, ray://host:10001 or auto; default: a local Ray)",
+    )
     p.add_argument("--preload-sample", action="store_true", help="store the bundled ST sample trace at start")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_monitor_options(p)
@@ -232,6 +258,10 @@ def run(args: argparse.Namespace) -> int:
             preload_sample=args.preload_sample,
             workers=args.workers,
             **limit_options(args),
+            database=args.database,
+            replica=args.replica_id,
+            executor=args.executor,
+            ray_address=args.ray_address,
         )
     except (SettingsError, RulesError) as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
