@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The tests also run the real example training job, which needs the torch extra (torch==2.13.0,
-# CPU build). The server alone does not, so `make run` skips it.
+# CPU build), and the fleet study on a local Ray, which needs the ray extra. The server alone needs
+# neither, so `make run` skips them.
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,ray]'
 	touch $(TORCH_STAMP)
 
 ## The main job on embedded defaults.
