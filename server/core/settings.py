@@ -68,6 +68,8 @@ class Settings:
     # how many jobs may wait for one before requests are refused with a 503
     workers: int | None = None
     max_queue: int = 64
+    # folders holding fleet reports (`straggler-lens fleet -o DIR`), read by get_fleet_report
+    fleet_dirs: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

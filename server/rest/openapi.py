@@ -148,6 +148,7 @@ def build_openapi(version: str) -> dict[str, Any]:
         },
     }
     paths.update(incident_paths())
+    paths.update(fleet_paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": "Straggler Lens", "version": version},
@@ -198,4 +199,15 @@ def incident_paths() -> dict[str, Any]:
         "/api/vocab": {
             "get": {"summary": "Cause ids, patterns, categories", "responses": {"200": obj, **ERRORS}}
         },
+    }
+
+
+def fleet_paths() -> dict[str, Any]:
+    obj = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "/api/fleet": {"get": {"summary": "Stored fleet reports (name, folder, jobs)",
+                               "responses": {"200": obj, **ERRORS}}},
+        "/api/fleet/{name}": {"get": {"summary": "One stored fleet report",
+                                      "parameters": [_path("name", "report name (its folder's name)")],
+                                      "responses": {"200": obj, **ERRORS}}},
     }

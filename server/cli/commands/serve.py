@@ -78,6 +78,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="H",
         help="extra Host name (or name:port) accepted besides loopback (repeatable)",
     )
+    p.add_argument(
+        "--fleet-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of fleet reports (straggler-lens fleet -o DIR) that get_fleet_report reads (repeatable)",
+    )
     p.add_argument("--max-upload-mb", type=float, default=512, help="upload size cap in MiB (default 512)")
     p.add_argument(
         "--workers",
@@ -92,6 +99,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import uvicorn
 
     from server.app import create_app
@@ -108,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             preload_sample=args.preload_sample,
             workers=args.workers,
+            fleet_dirs=tuple(Path(d).expanduser() for d in args.fleet_dir),
         )
     except SettingsError as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
