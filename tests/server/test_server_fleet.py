@@ -73,3 +73,19 @@ async def test_mcp_tool_reads_a_stored_fleet_report(fleet_live: Live) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_mcp_answer_lists_at_most_fifty_failed_jobs(tmp_path: Path) -> None:
+    from server.core.fleet_reports import load_report
+    from server.mcp.fleet import MAX_LISTED, bounded
+
+    rows = [empty_row(f"f{i:03d}", status="failed", error="timed out after 600 s") for i in range(120)]
+    rows.append(empty_row("ok", status="ok", slowdown=1.0, straggling=False, wasted_fraction=0.0,
+                          fidelity="good"))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "report.json").write_text(fleet_statistics(rows).model_dump_json(), encoding="utf-8")
+    stored = load_report(Settings(data_dir=tmp_path / "data", fleet_dirs=(tmp_path,)), "big")
+    assert len(stored.report.failures) == 120
+    cut = bounded(stored)
+    assert len(cut.report.failures) == MAX_LISTED and "120 failed jobs" in cut.report.notes[-1]
+    assert cut.report.counts["failed"] == 120
