@@ -121,7 +121,8 @@ def _entry_to_job(entry: dict[str, Any], base: Path, where: str) -> FleetJobSour
         if p.is_dir():
             data, meta_in = _files_of_folder(p)
             paths.extend(data)
-            entry.setdefault("meta", meta_in)
+            if not entry.get("meta"):
+                entry["meta"] = meta_in
         else:
             paths.append(str(p))
     meta = entry.get("meta") or None
@@ -177,7 +178,12 @@ def resolve_sources(sources: Sequence[str]) -> list[FleetJobSource]:
             matches = sorted(glob.glob(src))
             if not matches:
                 raise FleetSourceError(f"{src}: glob matched nothing")
-            jobs.extend(_job_from_path(Path(m)) for m in matches)
+            found = [_job_from_path(Path(m)) for m in matches]
+            stems = [j.job_id for j in found]
+            for j, m in zip(found, matches, strict=True):
+                if stems.count(j.job_id) > 1:  # e.g. */trace.parquet: name the job by its folder
+                    j.job_id = f"{Path(m).parent.name}/{j.job_id}"
+            jobs.extend(found)
             continue
         p = Path(src)
         if not p.exists():

@@ -133,3 +133,13 @@ def test_bad_sources_are_refused_with_the_place(tmp_path) -> None:
     dup.write_text('{"job_id": "a", "paths": ["x"]}\n{"job_id": "a", "paths": ["y"]}\n')
     with pytest.raises(FleetSourceError, match="appears twice"):
         resolve_sources([str(dup)])
+
+
+def test_globs_and_folders_become_jobs_with_their_meta(fleet) -> None:
+    root = fleet["root"]
+    by_folder = resolve_sources([str(root / "jobs" / "job-0000[01]")])
+    assert [j.job_id for j in by_folder] == ["job-00000", "job-00001"]
+    assert by_folder[0].meta and by_folder[0].meta.endswith("meta.yaml")
+    assert all(not p.endswith("labels.json") for j in by_folder for p in j.paths)
+    by_file = resolve_sources([str(root / "jobs" / "job-0000[01]" / "trace.parquet")])
+    assert [j.job_id for j in by_file] == ["job-00000/trace", "job-00001/trace"]
