@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The tests also run the real example training job, which needs the torch extra (torch==2.13.0,
-# CPU build), the PostgreSQL store's client (psycopg) and Ray. The server alone needs none of
-# them, so `make run` skips them.
+# CPU build), the PostgreSQL store's client (psycopg) and Ray (the fleet study and the Ray
+# executor). The server alone needs none of them, so `make run` skips them.
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,torch,postgres,ray]'
 	touch $(TORCH_STAMP)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "analyze",
     "diagnose",
+    "fleet",
     "generate",
     "incidents",
     "serve",

@@ -112,6 +112,8 @@ class Settings:
             max_parallel=1_000_000,
             max_json_bytes=self.max_json_bytes,
         )
+    # folders holding fleet reports (`straggler-lens fleet -o DIR`), read by get_fleet_report
+    fleet_dirs: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:

@@ -168,6 +168,9 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
         L = lens()
         return L.info(L.record(trace_id))  # two indexed SQLite reads: cheaper than a thread hop
 
+    from server.mcp.fleet import register_fleet_tools
+
+    register_fleet_tools(mcp, lens)
     if have["whatif"]:
         from server.mcp.analysis import register_analysis_tools
 

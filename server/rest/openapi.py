@@ -176,6 +176,7 @@ def build_openapi(version: str) -> dict[str, Any]:
     paths.update(incident_paths())
     paths.update(job_paths())
     schemas.update(_schemas(list(JOB_MODELS)))
+    paths.update(fleet_paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": "Straggler Lens", "version": version},
@@ -288,4 +289,15 @@ def job_paths() -> dict[str, Any]:
         "/api/alerts/{alert_id}": get(
             "An alert and its delivery log", [_path("alert_id", "alert id")], _json("AlertDetail", "ok")
         ),
+    }
+
+
+def fleet_paths() -> dict[str, Any]:
+    obj = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "/api/fleet": {"get": {"summary": "Stored fleet reports (name, folder, jobs)",
+                               "responses": {"200": obj, **ERRORS}}},
+        "/api/fleet/{name}": {"get": {"summary": "One stored fleet report",
+                                      "parameters": [_path("name", "report name (its folder's name)")],
+                                      "responses": {"200": obj, **ERRORS}}},
     }

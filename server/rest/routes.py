@@ -229,6 +229,21 @@ async def get_vocab(request: Request) -> Response:
     return JSONResponse(result.model_dump(mode="json"))
 
 
+async def list_fleet(request: Request) -> Response:
+    from server.core.fleet_reports import list_reports
+
+    out = await anyio.to_thread.run_sync(list_reports, lens_of(request).settings)
+    return JSONResponse(out.model_dump(mode="json"))
+
+
+async def get_fleet(request: Request) -> Response:
+    from server.core.fleet_reports import load_report
+
+    name = request.path_params["name"]
+    out = await anyio.to_thread.run_sync(load_report, lens_of(request).settings, name)
+    return Response(out.model_dump_json(), media_type="application/json")
+
+
 async def openapi(request: Request) -> Response:
     from server.rest.openapi import build_openapi
 
@@ -252,4 +267,6 @@ def routes() -> list[BaseRoute]:
         Route("/api/cases/{case_id}/similar", similar_cases, methods=["GET"]),
         Route("/api/topics/{name}", get_topic, methods=["GET"]),
         Route("/api/vocab", get_vocab, methods=["GET"]),
+        Route("/api/fleet", list_fleet, methods=["GET"]),
+        Route("/api/fleet/{name}", get_fleet, methods=["GET"]),
     ]

@@ -91,6 +91,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="H",
         help="extra Host name (or name:port) accepted besides loopback (repeatable)",
     )
+    p.add_argument(
+        "--fleet-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of fleet reports (straggler-lens fleet -o DIR) that get_fleet_report reads (repeatable)",
+    )
     p.add_argument("--max-upload-mb", type=float, default=512, help="upload size cap in MiB (default 512)")
     p.add_argument(
         "--max-ops",
@@ -239,6 +246,8 @@ def monitor_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import uvicorn
 
     from server.app import create_app
@@ -262,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
             replica=args.replica_id,
             executor=args.executor,
             ray_address=args.ray_address,
+            fleet_dirs=tuple(Path(d).expanduser() for d in args.fleet_dir),
         )
     except (SettingsError, RulesError) as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
