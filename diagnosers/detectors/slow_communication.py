@@ -173,7 +173,7 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     gap = probe.t_orig - probe.t_ideal
     if gap <= 1e-12 * max(probe.t_orig, 1e-12):
         return rem
-    t_add = probe.mean_times(np.stack([np.where(m, probe.original, probe.ideal) for m in masks]))
+    t_add = probe.masked_means(masks, ideal_inside=False)
     return [max(r, float((t - probe.t_ideal) / gap)) for r, t in zip(rem, t_add, strict=True)]
 
 
