@@ -159,11 +159,11 @@ class WhatIfEngine:
         scenario touches keep their narrow shape)."""
         t = self.template
         dp, ns = self.shape
-        use = np.zeros((len(masks), t.n_nodes * dp * ns), dtype=bool)
+        flat = np.zeros((len(masks), t.n_nodes * dp * ns), dtype=bool)
         for i, m in enumerate(masks):
-            use[i, t.flat_index[np.asarray(m, dtype=bool)]] = True
-        use = use.reshape(len(masks), t.n_nodes, dp, ns)
-        touched = use.any(axis=(0, 2, 3))
+            flat[i, t.flat_index[np.asarray(m, dtype=bool)]] = True
+        use = flat.reshape(len(masks), t.n_nodes, dp, ns)
+        touched: npt.NDArray[np.bool_] = np.asarray(use.any(axis=(0, 2, 3)))
         ideal3 = self.ideal_node[:, None, None]
         inside, outside = (ideal3, self.orig_dense) if ideal_inside else (self.orig_dense, ideal3)
 

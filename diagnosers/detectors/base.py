@@ -116,10 +116,11 @@ class Probe:
         a per-row vector per scenario. Batched like :meth:`mean_times`."""
         n = max(len(self.original), 1)
         chunk = int(max(1, min(64, 25_000_000 // n)))
-        out = [
-            np.asarray(self.engine.simulate_masked(masks[i : i + chunk], ideal_inside=ideal_inside)).mean(axis=1)
+        runs = [
+            self.engine.simulate_masked(masks[i : i + chunk], ideal_inside=ideal_inside)
             for i in range(0, len(masks), chunk)
         ]
+        out = [np.asarray(r).mean(axis=1) for r in runs]
         return np.concatenate(out) if out else np.zeros(0)
 
     def idealised(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:

@@ -197,12 +197,14 @@ def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float
     """``np.lexsort((start, cell))``. Traces are stored in (step, worker) blocks with each worker's
     ops in time order; then the sorted order is the blocks ordered by cell, each kept as it is,
     and only the blocks are sorted (a full lexsort of the rows is most of the detector's time)."""
+    if len(cell) == 0:
+        return np.zeros(0, dtype=np.int64)
     change = np.flatnonzero(cell[1:] != cell[:-1]) + 1
     same = np.ones(len(cell), dtype=bool)
     same[change] = False
     same[0] = False
     contiguous = len(change) + 1 == np.count_nonzero(np.bincount(cell))
-    if len(cell) == 0 or not contiguous or not bool(np.all(start[1:][same[1:]] >= start[:-1][same[1:]])):
+    if not contiguous or not bool(np.all(start[1:][same[1:]] >= start[:-1][same[1:]])):
         return np.lexsort((start, cell))
     first = np.r_[0, change]
     length = np.diff(np.r_[first, len(cell)])
