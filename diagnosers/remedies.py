@@ -231,7 +231,7 @@ def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     hot = match.evidence.get("hot_cells")
     if isinstance(hot, list):
         cells = [(int(str(x).split(",")[0]), int(str(x).split(",")[1])) for x in hot]
-    t_after = float(probe.mean_times(probe.idealised(stats.worker_mask(cells)))[0])
+    t_after = float(probe.masked_means([stats.worker_mask(cells)])[0])
     loc = match.location
     shares = host_shares(stats, loc.hosts)
     too_big = [h for h, v in shares.items() if v > DRAIN_MAX_JOB_SHARE]
@@ -293,7 +293,7 @@ def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     group = str(match.evidence.get("group", ""))
     is_comm = comm_mask(stats)
     mask = next((m for name, _, m in candidates(stats, probe.original) if name == group), is_comm)
-    t_after = float(probe.mean_times(probe.idealised(mask))[0])
+    t_after = float(probe.masked_means([mask])[0])
     return Remedy(
         cause_id=match.id.value,
         action=(

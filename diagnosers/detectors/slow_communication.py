@@ -173,7 +173,7 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     gap = probe.t_orig - probe.t_ideal
     if gap <= 1e-12 * max(probe.t_orig, 1e-12):
         return rem
-    t_add = probe.mean_times(np.stack([np.where(m, probe.original, probe.ideal) for m in masks]))
+    t_add = probe.masked_means(masks, ideal_inside=False)
     return [max(r, float((t - probe.t_ideal) / gap)) for r, t in zip(rem, t_add, strict=True)]
 
 
@@ -186,11 +186,33 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     idx = np.flatnonzero(is_p2p)
     cell = (stats.op_step_index[idx] * stats.dp + stats.op_dp[idx]) * stats.pp + stats.op_pp[idx]
     start = stats.op_start[idx]
-    order = np.lexsort((start, cell))
+    order = _by_cell_then_start(cell, start)
     c, t = cell[order], start[order]
     new_group = np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]
     out[idx[order]] = np.cumsum(new_group) - 1
     return out
+
+
+def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """``np.lexsort((start, cell))``. Traces are stored in (step, worker) blocks with each worker's
+    ops in time order; then the sorted order is the blocks ordered by cell, each kept as it is,
+    and only the blocks are sorted (a full lexsort of the rows is most of the detector's time)."""
+    if len(cell) == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = np.flatnonzero(cell[1:] != cell[:-1]) + 1
+    same = np.ones(len(cell), dtype=bool)
+    same[change] = False
+    same[0] = False
+    contiguous = len(change) + 1 == np.count_nonzero(np.bincount(cell))
+    if not contiguous or not bool(np.all(start[1:][same[1:]] >= start[:-1][same[1:]])):
+        return np.lexsort((start, cell))
+    first = np.r_[0, change]
+    length = np.diff(np.r_[first, len(cell)])
+    by_cell = np.argsort(cell[first], kind="stable")
+    first, length = first[by_cell], length[by_cell]
+    # row j of the sorted order is row first[b] + (j - where block b begins in the sorted order)
+    begin = np.cumsum(length) - length
+    return np.repeat(first - begin, length) + np.arange(len(cell))
 
 
 def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:

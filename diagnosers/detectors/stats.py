@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -26,8 +29,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe."""
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
-    steps = np.unique(ops.step).astype(np.int64)
-    si = np.searchsorted(steps, ops.step).astype(np.int64)
+    steps, si = _step_index(ops.step)
     n_s = len(steps)
     d = ops.dp_rank.astype(np.int64)
     p = ops.stage.astype(np.int64)
@@ -97,6 +99,21 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_start=ops.start_ts.astype(np.float64),
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
     )
+
+
+def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The sorted distinct step ids and each row's position among them (``np.unique`` and
+    ``np.searchsorted``); by counting when the ids span a range not much wider than the rows."""
+    if len(step) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(step.min()), int(step.max())
+    if hi - lo > 4 * len(step) + 1024:
+        steps = np.unique(step).astype(np.int64)
+        return steps, np.searchsorted(steps, step).astype(np.int64)
+    offset = step.astype(np.int64) - lo
+    present = np.bincount(offset, minlength=hi - lo + 1) > 0
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
 
 def _launch_idle(
@@ -184,20 +201,21 @@ def _forward_backward(
     fd, bd = ops.duration[fi], ops.duration[bi]
     stage = ops.stage[fi].astype(np.int64)
     group = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
-    tf = _group_median(group, fd)
-    tb = _group_median(group, bd)
+    by_chunk = _median_by(group)
+    tf, tb = by_chunk(fd), by_chunk(bd)
     nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
     nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
     # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
     wgroup = ((si[fi] * dp + ops.dp_rank[fi]) * pp + ops.stage[fi]).astype(np.int64) * gmax + ops.gmc[fi] + 1
-    wf = _group_median(wgroup, fd)
-    wb = _group_median(wgroup, bd)
+    by_worker = _median_by(wgroup)
+    wf, wb = by_worker(fd), by_worker(bd)
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
     excess = fd - tf * np.maximum(1.0, nb)
-    med = _group_median(stage, excess)
-    mad = _group_median(stage, np.abs(excess - med))
+    by_stage = _median_by(stage)
+    med = by_stage(excess)
+    mad = by_stage(np.abs(excess - med))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
     sigma = np.maximum(1.4826 * mad, 0.01 * tf)
     z = (excess - med) / sigma
@@ -213,8 +231,8 @@ def _forward_backward(
         if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
             within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
     b_excess = bd - tb * np.maximum(1.0, nf)
-    b_med = _group_median(stage, b_excess)
-    b_mad = _group_median(stage, np.abs(b_excess - b_med))
+    b_med = by_stage(b_excess)
+    b_mad = by_stage(np.abs(b_excess - b_med))
     b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
     bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
     return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
@@ -229,22 +247,49 @@ def _stage_mean(
 
 
 def _group_median(group: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Median of ``values`` within each group, broadcast back to every element.
+    """Median of ``values`` within each group, broadcast back to every element (see :func:`_median_by`)."""
+    return _median_by(group)(values)
 
-    Sorted by value once, then stably by group: with at most 65,536 groups the group sort is a
-    radix sort on 16-bit ids (linear), where a lexsort of both keys was two comparison sorts."""
-    if len(values) == 0:
-        return values.copy()
+
+def _median_by(
+    group: npt.NDArray[np.int64],
+) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
+    """A function giving, for values aligned with ``group``, the median within each group broadcast
+    back to every element; the grouping work is done once for every values array.
+
+    Groups of equal size take a per-group partition (linear). Otherwise sorted by value once, then
+    stably by group: with at most 65,536 groups the group sort is a radix sort on 16-bit ids
+    (linear), where a lexsort of both keys was two comparison sorts."""
+    if len(group) == 0:
+        return lambda values: values.copy()
     ids, inv = dense_ids(group)
-    by_value = np.argsort(values)  # the order among equal values does not change a median
-    if len(ids) <= 1 << 16:
-        order = by_value[np.argsort(inv.astype(np.uint16)[by_value], kind="stable")]
-    else:  # group, then rank by value: unique keys, so any sort gives the same order
-        rank = np.empty(len(values), dtype=np.int64)
-        rank[by_value] = np.arange(len(values))
-        order = np.argsort(inv * len(values) + rank)
     sizes = np.bincount(inv, minlength=len(ids))
+    key = inv.astype(np.uint16) if len(ids) <= 1 << 16 else inv
+    if sizes.min() == sizes.max():
+        # Equal groups (every stage, worker-step and chunk runs the same microbatches): one row
+        # per group, and a partition finds the two middle values in linear time, the same
+        # values a sort would put there.
+        by_group = np.argsort(key, kind="stable")
+        size = int(sizes[0])
+        lo, hi = (size - 1) // 2, size // 2
+
+        def equal(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            mid = np.partition(values[by_group].reshape(len(ids), size), sorted({lo, hi}), axis=1)
+            return ((mid[:, lo] + mid[:, hi]) / 2)[inv]
+
+        return equal
     starts = np.cumsum(sizes) - sizes
-    v = values[order]
-    med_per_group = (v[starts + (sizes - 1) // 2] + v[starts + sizes // 2]) / 2
-    return med_per_group[inv]
+
+    def unequal(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        by_value = np.argsort(values)  # the order among equal values does not change a median
+        if len(ids) <= 1 << 16:
+            order = by_value[np.argsort(key[by_value], kind="stable")]
+        else:  # group, then rank by value: unique keys, so any sort gives the same order
+            rank = np.empty(len(values), dtype=np.int64)
+            rank[by_value] = np.arange(len(values))
+            order = np.argsort(inv * len(values) + rank)
+        v = values[order]
+        med_per_group = (v[starts + (sizes - 1) // 2] + v[starts + sizes // 2]) / 2
+        return med_per_group[inv]
+
+    return unequal
