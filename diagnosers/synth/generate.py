@@ -13,7 +13,7 @@ method's slowdown ignores) over that of the same job with no cause, at or above 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -415,19 +415,27 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
     records = execute(programs, arrays, cost, spec.steps, spec.dp, np.random.default_rng(seeds[2]))
     ops, step_time = _assemble(spec, records, np.random.default_rng(seeds[3]), cost)
 
+    # Counterfactual twins (the same seed with other scenarios) are run once each: the labels'
+    # slowdown_alone, marginal_slowdown and true_marginal often ask for the same twin.
+    twins: dict[tuple[Scenario, ...], float] = {(*spec.scenarios,): step_time}
+
+    def twin(scenarios: Sequence[Scenario]) -> float:
+        key = tuple(scenarios)
+        if key not in twins:
+            twins[key] = _run_only(spec.model_copy(update={"scenarios": list(key)}), cost, dp_comm)
+        return twins[key]
+
     true_slowdown = 1.0
     straggling_causes = [c for c in spec.scenarios if c not in (Scenario.NONE, Scenario.DATALOADER_STALL)]
     if straggling_causes:
         # The generator's own ground truth: the same job with and without the causes.
         healthy = spec.model_copy(update={"scenarios": [Scenario.NONE], "layers_per_stage": None})
-        with_causes = spec.model_copy(update={"scenarios": straggling_causes})
         t_h = _run_only(healthy, cost, dp_comm)
-        t_c = step_time if Scenario.DATALOADER_STALL not in spec.scenarios else _run_only(
-            with_causes, cost, dp_comm)
+        t_c = twin(straggling_causes)
         true_slowdown = t_c / t_h
-        _effects(spec, cost, dp_comm, causes, straggling_causes, t_h, t_c)
+        _effects(causes, straggling_causes, t_h, t_c, twin)
 
-    causes = _true_marginals(spec, cost, dp_comm, causes, step_time, true_slowdown)
+    causes = _true_marginals(spec, causes, step_time, true_slowdown, twin)
 
     meta = JobMeta(
         trial_name=spec.trial_name, run_id=spec.seed, dp=spec.dp, pp=spec.pp, tp=spec.tp, cp=spec.cp,
@@ -442,8 +450,8 @@ def generate(spec: ScenarioSpec, cost: CostModel | None = None) -> GeneratedJob:
 
 
 def _true_marginals(
-    spec: ScenarioSpec, cost: CostModel, dp_comm: bool, causes: list[CauseLabel], step_time: float,
-    true_slowdown: float,
+    spec: ScenarioSpec, causes: list[CauseLabel], step_time: float, true_slowdown: float,
+    twin: Callable[[Sequence[Scenario]], float],
 ) -> list[CauseLabel]:
     """Each label with its true marginal effect: the job's mean step time over that of the same job
     (same seed) with that one scenario left out. A single straggling cause needs no extra run (it is
@@ -453,16 +461,14 @@ def _true_marginals(
         return [c.model_copy(update={"true_marginal": round(true_slowdown, 6)}) for c in causes]
     out = []
     for c in causes:
-        rest = [s for s in spec.scenarios if s is not c.scenario] or [Scenario.NONE]
-        without = spec.model_copy(update={"scenarios": rest})
-        t_without = _run_only(without, cost, dp_comm)
+        t_without = twin([s for s in spec.scenarios if s is not c.scenario] or [Scenario.NONE])
         out.append(c.model_copy(update={"true_marginal": round(step_time / t_without, 6)}))
     return out
 
 
 def _effects(
-    spec: ScenarioSpec, cost: CostModel, dp_comm: bool, causes: list[CauseLabel],
-    straggling: Sequence[Scenario], t_h: float, t_c: float,
+    causes: list[CauseLabel], straggling: Sequence[Scenario], t_h: float, t_c: float,
+    twin: Callable[[Sequence[Scenario]], float],
 ) -> None:
     """Fill each label's ``slowdown_alone`` (this cause alone over the healthy twin) and
     ``marginal_slowdown`` (the job over the same job without this cause). With several causes the
@@ -474,9 +480,8 @@ def _effects(
         if len(straggling) == 1:
             label.slowdown_alone = label.marginal_slowdown = round(t_c / t_h, 4)
             continue
-        alone = _run_only(spec.model_copy(update={"scenarios": [label.scenario]}), cost, dp_comm)
-        rest = [c for c in straggling if c is not label.scenario]
-        without = _run_only(spec.model_copy(update={"scenarios": rest}), cost, dp_comm)
+        alone = twin([label.scenario])
+        without = twin([c for c in straggling if c is not label.scenario])
         label.slowdown_alone = round(alone / t_h, 4)
         label.marginal_slowdown = round(t_c / without, 4)
 
