@@ -27,7 +27,7 @@ from server.core.errors import ApiError
 
 # progress(fraction in [0, 1], message); any thread may call it.
 Progress = Callable[[float, str], None]
-READ_KEYS = ("format", "dp", "pp", "tp", "cp")
+READ_KEYS = ("format", "dp", "pp", "tp", "cp", "vpp", "gpus_per_host", "layers_per_stage", "partial")
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,13 @@ class TraceRef:
     def of(
         cls, key: str, paths: list[Path] | list[str], options: dict[str, Any], folder: Path | str
     ) -> TraceRef:
-        opts = tuple(sorted((k, options[k]) for k in READ_KEYS if options.get(k) is not None))
+        opts = tuple(
+            sorted(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k in READ_KEYS
+                if (v := options.get(k)) is not None
+            )
+        )
         return cls(key, tuple(str(p) for p in paths), opts, str(folder))
 
 
@@ -179,10 +185,16 @@ def open_library() -> Any:
 
 
 def read_options(options: dict[str, Any]) -> Any:
-    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes)."""
+    """The reader options of an upload's stored options: the format, the job keys the CLI's
+    ``--dp --pp --tp --cp --vpp --gpus-per-host --layers-per-stage`` give, and ``partial``
+    (analyse a subset of a job's ranks as a smaller job)."""
     from diagnosers.readers import ReadOptions
 
-    return ReadOptions(**{k: options[k] for k in READ_KEYS if options.get(k) is not None})
+    given = {k: options[k] for k in READ_KEYS if options.get(k) is not None}
+    extra: dict[str, object] = {"partial": True} if given.pop("partial", False) else {}
+    if "layers_per_stage" in given:
+        given["layers_per_stage"] = list(given["layers_per_stage"])
+    return ReadOptions(**given, extra=extra)
 
 
 def _load(ref: TraceRef) -> Trace:

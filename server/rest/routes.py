@@ -19,6 +19,7 @@ from server.core.runtime import features
 from server.core.service import Lens
 from server.core.staging import UploadBudget
 from server.core.uploads import receive_upload
+from server.core.wording import in_terms
 
 MAX_PAGE = 100
 
@@ -98,7 +99,10 @@ async def post_trace(request: Request) -> Response:
         lens.store.discard(staging)
         raise
     name = fields.get("filename") or ", ".join(sorted(f.name for f in files))[:200]
-    result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    try:
+        result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    except ApiError as exc:  # the readers word their errors for the CLI
+        raise ApiError(exc.status, exc.code, in_terms(exc.message, "rest")) from exc
     return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
 
 
