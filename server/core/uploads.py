@@ -29,7 +29,18 @@ from server.core.staging import (
 )
 
 # Non-file multipart fields accepted next to the files (same meaning as the query parameters).
-FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
+FIELD_NAMES = (
+    "format",
+    "dp",
+    "pp",
+    "tp",
+    "cp",
+    "vpp",
+    "gpus_per_host",
+    "layers_per_stage",
+    "partial",
+    "filename",
+)
 MAX_FIELD_BYTES = 1024
 MAX_PARTS = 4096
 # An upload that sends nothing for this long is dropped (a stalled or half-dead client must not
@@ -167,6 +178,7 @@ async def receive_upload(
             raise ApiError(400, "bad_multipart", "multipart body without a boundary")
         state = _MultipartState(folder, budget)
         parser = MultipartParser(boundary, cast("MultipartCallbacks", state.callbacks()))
+
         def feed(data: bytes) -> None:
             parser.write(data)
             state.process()

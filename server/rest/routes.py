@@ -54,20 +54,35 @@ def page(request: Request, default_limit: int = 20) -> tuple[int, int]:
 
 
 def upload_options(fields: dict[str, str]) -> dict[str, Any]:
-    """The read options of an upload (``format`` and positive ``dp, pp, tp, cp``)."""
+    """The read options of an upload: ``format``, the positive sizes ``dp, pp, tp, cp, vpp,
+    gpus_per_host``, ``layers_per_stage`` (comma-separated positive integers) and ``partial``
+    (``true`` / ``false``): the CLI's reading options under their argument names."""
     out: dict[str, Any] = {}
     if fields.get("format"):
         out["format"] = fields["format"]
-    for key in ("dp", "pp", "tp", "cp"):
+    for key in ("dp", "pp", "tp", "cp", "vpp", "gpus_per_host"):
         raw = fields.get(key)
         if raw:
-            try:
-                out[key] = int(raw)
-            except ValueError:
-                raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
-            if out[key] < 1:
-                raise ApiError(400, "bad_parameter", f"{key}={raw} must be >= 1")
+            out[key] = _positive(key, raw)
+    raw = fields.get("layers_per_stage")
+    if raw:
+        out["layers_per_stage"] = [_positive("layers_per_stage", x) for x in raw.split(",")]
+    raw = (fields.get("partial") or "").lower()
+    if raw not in ("", "true", "false", "1", "0"):
+        raise ApiError(400, "bad_parameter", f"partial={fields['partial']!r} must be true or false")
+    if raw in ("true", "1"):
+        out["partial"] = True
     return out
+
+
+def _positive(key: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
+    if not 1 <= value <= 1_000_000:
+        raise ApiError(400, "bad_parameter", f"{key}={raw} must be between 1 and 1000000")
+    return value
 
 
 async def healthz(request: Request) -> Response:

@@ -250,3 +250,33 @@ async def test_a_server_side_parquet_picks_up_its_meta(live: Live) -> None:
     s = r.structured_content["summary"]
     assert (s["job"]["dp"], s["job"]["pp"]) == (2, 4)
     assert "meta-ST.yaml" in s["files"], s
+
+
+def test_rest_takes_archives_and_the_reading_options(live: Live) -> None:
+    import httpx
+
+    blob = _tar_gz([(f"job/{n}", d) for n, d in _multi_rank_native()])
+    r = httpx.post(
+        f"{live.url}/api/traces", files=[("files", ("job.tar.gz", blob))], data={"gpus_per_host": "4"}
+    )
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["summary"]["job"]["dp"] == 2
+    r = httpx.post(f"{live.url}/api/traces?filename=j.zip&partial=maybe", content=_zip(_multi_rank_native()))
+    assert r.status_code == 400 and "partial='maybe' must be true or false" in r.text
+    r = httpx.post(
+        f"{live.url}/api/traces?filename=j.zip&layers_per_stage=0", content=_zip(_multi_rank_native())
+    )
+    assert r.status_code == 400 and "layers_per_stage" in r.text
+
+
+@needs_dlrm
+def test_rest_reader_errors_name_the_query_parameters(live: Live) -> None:
+    import httpx
+
+    r = httpx.post(f"{live.url}/api/traces?filename={DLRM_FILES[1].name}", content=DLRM_FILES[1].read_bytes())
+    assert r.status_code == 422 and "partial=true" in r.text and "ReadOptions" not in r.text, r.text
+    r = httpx.post(
+        f"{live.url}/api/traces?filename={DLRM_FILES[1].name}&partial=true",
+        content=DLRM_FILES[1].read_bytes(),
+    )
+    assert r.status_code in (200, 201), r.text
