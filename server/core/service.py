@@ -224,6 +224,19 @@ class Lens:
             trace_id=rec.id, created=created, summary=TraceSummary.model_validate(rec.summary)
         )
 
+    def delete(self, trace_id: str) -> None:
+        """Delete a stored trace and everything cached about it (404 when unknown)."""
+        self.record(trace_id)  # the usual 404 wording for an unknown id
+        if not self.store.delete(trace_id):
+            raise not_found("trace", trace_id)
+        self.forget(trace_id)
+
+    def forget(self, trace_id: str) -> None:
+        """Drop the memoised results of a trace (after it was deleted)."""
+        with self._cache_lock:
+            for key in [k for k in self._memo if trace_id in k]:
+                del self._memo[key]
+
     def _budget(self, files: list[StagedFile]) -> UploadBudget:
         """The decompressed budget left to unpack archives among ``files``."""
         budget = UploadBudget(self.settings.max_upload_bytes, self.settings.max_decompressed_bytes)

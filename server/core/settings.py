@@ -68,6 +68,9 @@ class Settings:
     # how many jobs may wait for one before requests are refused with a 503
     workers: int | None = None
     max_queue: int = 64
+    # traces older than this many days are deleted at start and then every retention_check_s
+    retention_days: float | None = None
+    retention_check_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:
@@ -82,6 +85,8 @@ class Settings:
             raise SettingsError("--workers must be 0 (threads) or more")
         if self.max_queue < 0:
             raise SettingsError("the executor queue bound must be 0 or more")
+        if self.retention_days is not None and not self.retention_days > 0:
+            raise SettingsError("--retention-days must be positive")
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 

@@ -189,6 +189,46 @@ class Store:
         assert record is not None
         return record, True
 
+    # -- deletion ----------------------------------------------------------------------------
+
+    def delete(self, trace_id: str) -> bool:
+        """Forget one trace: its row, its cached results and its folder; False when unknown.
+
+        The rows go first, then the folder is moved under ``tmp/`` (one rename) and removed, so
+        a crash in between leaves only a folder the next start clears. Nothing else is touched.
+        """
+        if not TRACE_ID_RE.match(trace_id):
+            return False
+        with self._lock:
+            db = self._db()
+            db.execute("BEGIN")
+            try:
+                db.execute("DELETE FROM results WHERE trace_id = ?", (trace_id,))
+                gone = db.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        if not gone:
+            return False
+        folder = self.traces_dir / trace_id
+        if folder.is_dir():
+            doomed = self.tmp_dir / f"deleted-{trace_id}"
+            folder.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def created_before(self, cutoff: datetime) -> list[str]:
+        """Ids of the traces stored before ``cutoff`` (an aware datetime), oldest first."""
+        stamp = cutoff.astimezone(UTC).isoformat(timespec="seconds")
+        with self._lock:
+            rows = (
+                self._db()
+                .execute("SELECT id FROM traces WHERE created_at < ? ORDER BY created_at", (stamp,))
+                .fetchall()
+            )
+        return [r[0] for r in rows]
+
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, trace_id: str) -> TraceRecord | None:

@@ -33,6 +33,9 @@ READ_ONLY = ToolAnnotations(
 UPLOAD = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
+DESTRUCTIVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
 
 TraceId = Annotated[
     str, Field(description="trace handle from upload_trace / list_traces", min_length=1, max_length=64)

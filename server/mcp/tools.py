@@ -21,12 +21,22 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import Field
 
-from server.core.models import TraceInfo, TraceList, UploadResult
+from server.core.models import DeleteResult, TraceInfo, TraceList, UploadResult
 from server.core.runtime import app_version, features, open_lens
 from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.staging import StagedFile, UploadBudget
-from server.mcp.shared import NULL_IS_EMPTY, READ_ONLY, UPLOAD, Limit, Offset, Size, TraceId, tool_errors
+from server.mcp.shared import (
+    DESTRUCTIVE,
+    NULL_IS_EMPTY,
+    READ_ONLY,
+    UPLOAD,
+    Limit,
+    Offset,
+    Size,
+    TraceId,
+    tool_errors,
+)
 from server.mcp.upload import (
     InlineFile,
     copy_file,
@@ -188,6 +198,14 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         """Job shape, steps, op counts, detected format and reader notes of one stored trace."""
         L = lens()
         return L.info(L.record(trace_id))  # two indexed SQLite reads: cheaper than a thread hop
+
+    @mcp.tool(title="Delete a stored trace", annotations=DESTRUCTIVE)
+    @tool_errors
+    async def delete_trace(trace_id: TraceId) -> DeleteResult:
+        """Delete a stored trace: its files, its cached results and its trace_id (which then stops
+        working). Other traces are not touched."""
+        await run(lens().delete, trace_id)
+        return DeleteResult(trace_id=trace_id, deleted=True)
 
     if have["whatif"]:
         from server.mcp.analysis import register_analysis_tools

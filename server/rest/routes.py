@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from server.core.errors import ApiError
-from server.core.models import Health, TraceList
+from server.core.models import DeleteResult, Health, TraceList
 from server.core.runtime import features
 from server.core.service import Lens
 from server.core.staging import UploadBudget
@@ -141,6 +141,14 @@ async def get_trace(request: Request) -> Response:
     return JSONResponse(lens.info(lens.record(tid)).model_dump())
 
 
+async def delete_trace(request: Request) -> Response:
+    """Delete a stored trace, its files and its cached results (guarded like uploads)."""
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    await anyio.to_thread.run_sync(lens.delete, tid)
+    return JSONResponse(DeleteResult(trace_id=tid, deleted=True).model_dump())
+
+
 async def result_document(request: Request, kind: str) -> Response:
     """The stored JSON document as is (hot documents come from memory, without a thread hop)."""
     lens = lens_of(request)
@@ -245,6 +253,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/traces", post_trace, methods=["POST"]),
         Route("/api/traces", list_traces, methods=["GET"]),
         Route("/api/traces/{trace_id}", get_trace, methods=["GET"]),
+        Route("/api/traces/{trace_id}", delete_trace, methods=["DELETE"]),
         Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
         Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
         Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),

@@ -86,6 +86,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="worker processes for heavy work (default: one per core; 0 = threads of the server)",
     )
+    p.add_argument(
+        "--retention-days",
+        type=float,
+        default=None,
+        metavar="D",
+        help="delete traces stored more than D days ago, at start and hourly (default: keep all)",
+    )
     p.add_argument("--preload-sample", action="store_true", help="store the bundled ST sample trace at start")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
@@ -108,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             preload_sample=args.preload_sample,
             workers=args.workers,
+            retention_days=args.retention_days,
         )
     except SettingsError as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
