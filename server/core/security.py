@@ -51,12 +51,16 @@ class HostPolicy:
                 self.exact.add(f"{name}:{port}")
 
     def host_ok(self, host: str | None) -> bool:
-        if not host:
+        """Case-insensitive (RFC 9110: host names are); a port must be digits, so
+        ``localhost:80@evil.com`` and other userinfo tricks are refused."""
+        if not host or "@" in host:
             return False
         host = host.lower()
+        name, port = split_host(host)
+        if port is not None and not (port.isascii() and port.isdigit()):
+            return False
         if host in self.exact:
             return True
-        name, _ = split_host(host)
         return name in self.any_port
 
     def origin_ok(self, origin: str) -> bool:
@@ -114,6 +118,7 @@ class SecurityMiddleware:
             resp = error_response(403, "invalid_origin", f"Origin {origin!r} is not allowed")
             await resp(scope, receive, send)
             return
+        scope = _lower_host(scope)  # the SDK's own check on /mcp compares case-sensitively
         if self.token is not None:
             auth = headers.get("authorization", "")
             scheme, _, given = auth.partition(" ")
@@ -128,6 +133,15 @@ class SecurityMiddleware:
                 await resp(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _lower_host(scope: Scope) -> Scope:
+    """The scope with its Host and Origin headers in lower case (accepted names are compared so)."""
+    headers = scope.get("headers") or []
+    names = (b"host", b"origin")
+    if not any(k in names and v != v.lower() for k, v in headers):
+        return scope
+    return {**scope, "headers": [(k, v.lower() if k in names else v) for k, v in headers]}
 
 
 class PathNotAllowed(ValueError):
