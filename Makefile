@@ -19,9 +19,11 @@ $(TORCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,torch]'
 	touch $(TORCH_STAMP)
 
-## The main job on embedded defaults.
+## The main job on embedded defaults (`make run PORT=8123 HOST=127.0.0.1`).
+PORT ?= 8000
+HOST ?= 127.0.0.1
 run: $(STAMP)
-	$(BIN)/straggler-lens serve --preload-sample
+	$(BIN)/straggler-lens serve --preload-sample --host $(HOST) --port $(PORT)
 
 ## Lint, type-check and the whole test suite.
 test: $(TORCH_STAMP)
