@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from incidents.schema import Case
@@ -22,6 +23,8 @@ from server.core.errors import ApiError
 from server.core.incident_glue import call, search_or_list
 from server.core.service import Lens
 from server.mcp.shared import NULL_IS_EMPTY, READ_ONLY, Limit, Offset, tool_errors
+from server.mcp.views import compact_result
+from server.mcp.vocab_page import VocabPage, vocab_page
 
 MAX_TOPIC_CASES = 50
 
@@ -117,11 +120,24 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
     @mcp.tool(name="vocab", title="Vocabulary", annotations=READ_ONLY)
     @tool_errors
-    async def vocab_tool() -> Vocabulary:
-        """Categories, cause ids (with descriptions), tags and topics with case counts: the values the
-        incident filters accept, and the cause ids diagnoses use."""
+    async def vocab_tool(
+        section: Annotated[
+            Literal["all", "categories", "causes", "tags", "topics", "synonyms"],
+            Field(description="one part only; 'all' = categories, causes, topics and a page of tags"),
+        ] = "all",
+        query: Annotated[
+            str,
+            NULL_IS_EMPTY,
+            Field(max_length=80, description="keep entries whose name or text contains this"),
+        ] = "",
+        limit: Annotated[int, Field(ge=1, le=500, description="tags (or synonyms) per page")] = 40,
+        offset: Offset = 0,
+    ) -> Annotated[CallToolResult, VocabPage]:
+        """Categories, cause ids (with descriptions), topics and the most used tags, with case counts:
+        the values the incident filters accept and the cause ids diagnoses use. Tags and synonyms
+        are paged (`limit`, `offset`, `next_offset`); `query` filters every part by substring."""
         result: Vocabulary = await run(vocab, library=lib())
-        return result
+        return compact_result(vocab_page(result, section, query, limit, offset))
 
     @mcp.resource("incident://{incident_id}", mime_type="application/json", title="Incident case")
     async def incident_resource(incident_id: str) -> str:

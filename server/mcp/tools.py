@@ -26,6 +26,7 @@ from server.core.runtime import app_version, features, open_lens
 from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.staging import StagedFile, UploadBudget
+from server.mcp.plain_errors import plain_argument_errors
 from server.mcp.shared import (
     DESTRUCTIVE,
     NULL_IS_EMPTY,
@@ -215,6 +216,8 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         from server.mcp.incidents import register_incident_tools
 
         register_incident_tools(mcp, lens, have)
+
+    plain_argument_errors(mcp)
 
     # -- resources and prompt ----------------------------------------------------------------------
 
