@@ -38,6 +38,7 @@ from server.mcp.shared import (
     TraceId,
     tool_errors,
 )
+from server.mcp.slim import slim_schemas
 from server.mcp.upload import (
     InlineFile,
     copy_file,
@@ -218,6 +219,7 @@ def build_mcp(settings: Settings, holder: Any) -> MCPServer[Any]:
         register_incident_tools(mcp, lens, have)
 
     plain_argument_errors(mcp)
+    slim_schemas(mcp)
 
     # -- resources and prompt ----------------------------------------------------------------------
 

@@ -280,3 +280,24 @@ def test_rest_reader_errors_name_the_query_parameters(live: Live) -> None:
         content=DLRM_FILES[1].read_bytes(),
     )
     assert r.status_code in (200, 201), r.text
+
+
+@pytest.mark.anyio
+async def test_tools_list_is_slim_and_keeps_what_validates(live: Live) -> None:
+    async with Client(streamable_http_client(live.mcp_url)) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        listing = json.dumps(
+            [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.values()]
+        )
+        assert len(listing) < 75_000, len(listing)  # 89 kB before annotation titles were dropped
+        case = tools["get_incident"].output_schema
+        assert "title" in case["properties"], "a property named title is data, not an annotation"
+        assert '"title": "Slowdown"' not in listing
+        # diagnose's embedded report points at run_whatif's schema instead of repeating it
+        assert "run_whatif" in tools["diagnose"].output_schema["properties"]["report"]["description"]
+        assert "WhatIfReport" in json.dumps(tools["run_whatif"].output_schema)
+        r = await c.call_tool(
+            "diagnose",
+            {"trace_id": (await c.call_tool("list_traces", {})).structured_content["items"][-1]["trace_id"]},
+        )
+        assert not r.is_error, text_of(r)  # the client validated the structured content against it
