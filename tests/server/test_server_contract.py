@@ -289,7 +289,9 @@ async def test_tools_list_is_slim_and_keeps_what_validates(live: Live) -> None:
         listing = json.dumps(
             [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.values()]
         )
-        assert len(listing) < 75_000, len(listing)  # 89 kB before annotation titles were dropped
+        # 89 kB for 20 tools (4.5 kB each) before annotation titles were dropped, 68 kB after; the
+        # monitoring, fleet and timeline tools came later, so the bound is per tool
+        assert len(listing) < 3_600 * len(tools), (len(listing), len(tools))
         case = tools["get_incident"].output_schema
         assert "title" in case["properties"], "a property named title is data, not an annotation"
         assert '"title": "Slowdown"' not in listing
