@@ -166,12 +166,11 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
 
     Raises ``TraceError`` when steps differ in their ops, P2P records cannot be paired, or the
     graph has a cycle once groups are contracted. A trace whose reader stated its dependencies
-    (``trace.graph``, kernel-level traces) gets the template of that graph instead.
+    (``trace.graph``, kernel-level traces) takes ``kernel_graph.template_from_explicit`` instead
+    (``whatif.template_of`` picks the one that applies).
     """
     if trace.graph is not None:
-        from diagnosers.kernel_graph import template_from_explicit
-
-        return template_from_explicit(trace, trace.graph)
+        raise ValueError("this trace states its own dependency graph: use whatif.template_of")
     ops, meta = trace.ops, trace.meta
     src = trace.sources[0] if trace.sources else None
     dp, pp = meta.dp, meta.pp

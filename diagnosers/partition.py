@@ -27,7 +27,7 @@ from diagnosers.model import OPTYPE_CODE, JobMeta
 
 if TYPE_CHECKING:
     from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
-    from diagnosers.remedies import Remedy
+    from diagnosers.remedy_model import Remedy
 
 FWD = OPTYPE_CODE["forward-compute"]
 BWD = OPTYPE_CODE["backward-compute"]
@@ -235,7 +235,7 @@ def chunk_partition_remedy(
     (:func:`best_chunk_partition`), simulates the plan and its one-layer neighbours with every
     chunk's compute rescaled (:func:`rescaled_durations`) and keeps the fastest. The head stays on
     the last chunk and the embedding on the first: only transformer layers move."""
-    from diagnosers.remedies import Remedy, _speedup
+    from diagnosers.remedy_model import Remedy, speedup
 
     shape = job_shape(stats)
     if shape is None:
@@ -267,7 +267,7 @@ def chunk_partition_remedy(
     return Remedy(
         cause_id=match.id.value,
         action=action,
-        predicted_speedup=_speedup(probe.t_orig, t_after),
+        predicted_speedup=speedup(probe.t_orig, t_after),
         details={
             "vpp": vpp,
             "layers_per_chunk_now": [float(x) for x in layers],

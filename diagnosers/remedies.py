@@ -11,35 +11,18 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.model import JobMeta
+from diagnosers.remedy_model import Remedy
+from diagnosers.remedy_model import speedup as _speedup
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DRAIN_MAX_JOB_SHARE, CauseId
 
 # When the trace's metadata does not say how many layers each stage holds and the user gave no
 # --layers-per-stage, the partition is computed for this many layers per stage and says so.
 ASSUMED_LAYERS_PER_STAGE = 8
-
-
-class Remedy(BaseModel):
-    """What to do about one cause, and the gain a what-if run predicts for it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cause_id: str
-    action: str
-    predicted_speedup: float = Field(ge=1.0, description="T_now / T_after from a what-if run")
-    destructive: bool = Field(
-        default=False, description="the action takes machines out of the job or restarts it (e.g. a drain)"
-    )
-    details: dict[str, float | int | str | list[int] | list[float] | None] = Field(default_factory=dict)
-
-
-def _speedup(t_now: float, t_after: float) -> float:
-    return round(max(1.0, t_now / t_after), 4) if t_after > 0 else 1.0
 
 
 # ----------------------------------------------------------------------------------------------

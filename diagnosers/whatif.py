@@ -207,9 +207,19 @@ class WhatIfEngine:
         ).step_times[0]
 
 
+def template_of(trace: Trace) -> Template:
+    """The trace's template dependency graph: the one its reader stated (kernel-level traces) or
+    the one :func:`diagnosers.graph.build_template` rebuilds from the op names."""
+    if trace.graph is not None:
+        from diagnosers.kernel_graph import template_from_explicit
+
+        return template_from_explicit(trace, trace.graph)
+    return build_template(trace)
+
+
 def build_engine(trace: Trace) -> WhatIfEngine:
     """Build the template graph of ``trace`` and measure transfer times, launch delays, step times."""
-    t = build_template(trace)
+    t = template_of(trace)
     ops = trace.ops
     ns = len(t.steps)
     step_min = np.full(ns, np.inf)

@@ -44,7 +44,7 @@ from diagnosers.detectors.peers import (
     peer_ratio,
     peer_reference,
 )
-from diagnosers.detectors.registry import register
+from diagnosers.detectors.registry import register, register_fallback
 from diagnosers.detectors.stats import BWD, FWD, OPT
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
@@ -476,6 +476,7 @@ def _match(
     )
 
 
+@register_fallback
 def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     """The finding when no cause signature matched but one worker stands out of the job's noise.
 

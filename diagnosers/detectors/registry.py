@@ -16,6 +16,8 @@ from diagnosers.vocab import CauseId
 Detector = Callable[[WhatIfReport, TraceStats], CauseMatch | None]
 
 DETECTORS: dict[CauseId, Detector] = {}
+# Findings tried only when no detector matched (e.g. one worker far outside the job's noise).
+FALLBACKS: list[Detector] = []
 
 # The cause modules, imported on first use so that importing the registry stays cheap.
 DETECTOR_MODULES: tuple[str, ...] = (
@@ -38,6 +40,12 @@ def register(cause: CauseId) -> Callable[[Detector], Detector]:
     return wrap
 
 
+def register_fallback(fn: Detector) -> Detector:
+    """Decorator: ``fn`` runs only when no detector matched (first such finding wins)."""
+    FALLBACKS.append(fn)
+    return fn
+
+
 def all_detectors() -> dict[CauseId, Detector]:
     """Every registered detector, by cause id."""
     for name in DETECTOR_MODULES:
@@ -47,13 +55,15 @@ def all_detectors() -> dict[CauseId, Detector]:
 
 def detect_all(report: WhatIfReport, stats: TraceStats) -> list[CauseMatch]:
     """Run every detector; matches sorted by confidence, highest first (ties: cause id order).
-    With no match, the outlier-worker finding (``faulty_machine.outlier_worker``) when it holds."""
+    With no match, the first fallback finding that holds (``register_fallback``: the
+    outlier-worker finding of ``faulty_machine``)."""
     matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
     if not matches:
         # Never silent while one worker stands out of the job's noise: report it as what it is.
-        from diagnosers.detectors.faulty_machine import outlier_worker
-
-        found = outlier_worker(report, stats)
-        matches = [found] if found is not None else []
+        for fallback in FALLBACKS:
+            found = fallback(report, stats)
+            if found is not None:
+                matches = [found]
+                break
     order = {c: i for i, c in enumerate(CauseId)}
     return sorted(matches, key=lambda m: (-m.confidence, order[m.id]))

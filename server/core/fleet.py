@@ -227,7 +227,11 @@ _CONTEXT: Any = None
 PRELOAD = ("pyarrow.parquet", "diagnosers.readers", "diagnosers.readers.artifact", "diagnosers.diagnose",
            "diagnosers.fleet")
 # Words of an allocation failure that is not a MemoryError (Arrow, a shared object that cannot be mapped).
-_ALLOC_WORDS = ("alloc", "failed to map", "out of memory", "cannot allocate")
+# what allocation failures look like once they have passed through a library (numpy, pyarrow's
+# thread pool under RLIMIT_AS: "Failed to launch worker thread: Resource temporarily unavailable")
+_ALLOC_WORDS = (
+    "alloc", "failed to map", "out of memory", "cannot allocate", "failed to launch worker thread",
+)
 
 
 def _context() -> Any:

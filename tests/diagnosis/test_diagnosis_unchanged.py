@@ -36,6 +36,10 @@ def test_diagnosis_unchanged(case: str, tmp_path: Path) -> None:
     want = json.loads((REFERENCE / f"{case.removesuffix('-shuffled')}.json").read_text(encoding="utf-8"))
     got = diagnosis_of(case, tmp_path)
     assert want["causes"], "the reference must exercise the detectors"
+    # the heatmap's title is wording (rewritten in plain words after these references were made);
+    # this test guards the numbers and findings
+    for doc in (want, got):
+        (doc.get("heatmap") or {}).pop("title", None)
     assert differences(want, got) == []
 
 

@@ -291,11 +291,14 @@ def run(args: argparse.Namespace) -> int:
     from server.core import datalock
     from server.core.slow_clients import protocol_with_header_timeout
 
-    try:  # held for the life of this process; the kernel drops it if the process dies
-        datalock.acquire(settings.data_dir)
-    except datalock.DataDirLocked as exc:
-        print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
-        return 2
+    # SQLite: one server per data folder, the lock held for the life of this process (the kernel
+    # drops it if the process dies); PostgreSQL replicas share their folder by design
+    if not settings.database or settings.database.startswith("sqlite:"):
+        try:
+            datalock.acquire(settings.data_dir)
+        except datalock.DataDirLocked as exc:
+            print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
+            return 2
     app = create_app(settings)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(
