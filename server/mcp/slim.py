@@ -1,8 +1,9 @@
 """Smaller ``tools/list``: pydantic's schemas carry a ``title`` on every model and property
 (``"title": "Slowdown"`` beside ``"slowdown"``), about a fifth of the listing, which every
 assistant pays for in context on every session. ``slim_schemas(mcp)`` drops those annotation
-titles from each tool's input and output schema after registration; it never touches a property
-that is *named* ``title`` (an incident has one), nor anything a validator reads.
+titles from each tool's input and output schema after registration, and the result models'
+docstrings from output schemas; it never touches a property that is *named* ``title`` (an
+incident has one), nor anything a validator reads.
 """
 
 from __future__ import annotations
@@ -86,10 +87,26 @@ def _see_also(tool: str, schema: dict[str, Any]) -> dict[str, Any]:
     return prune_defs({**schema, "properties": props}) if changed else schema
 
 
+def without_model_docs(schema: dict[str, Any]) -> dict[str, Any]:
+    """An output schema without the models' own descriptions (pydantic puts each result class's
+    docstring on its schema: written for developers, repeated in every tool that returns the model,
+    a quarter of ``tools/list``). Property descriptions, which say what a field means, stay."""
+    out = {k: v for k, v in schema.items() if k != "description"}
+    defs = schema.get("$defs")
+    if isinstance(defs, dict):
+        out["$defs"] = {
+            name: {k: v for k, v in sub.items() if k != "description"} if isinstance(sub, dict) else sub
+            for name, sub in defs.items()
+        }
+    return out
+
+
 def slim_schemas(mcp: MCPServer[Any]) -> None:
-    """Drop annotation titles from every registered tool's schemas, and publish a part another
-    tool already describes once (``SEE_ALSO``); call after registering."""
+    """Drop annotation titles from every registered tool's schemas and the models' docstrings
+    from output schemas, and publish a part another tool already describes once (``SEE_ALSO``);
+    call after registering."""
     for tool in mcp._tool_manager.list_tools():
         tool.parameters = slim(tool.parameters)
         if tool.fn_metadata.output_schema is not None:
-            tool.fn_metadata.output_schema = _see_also(tool.name, slim(tool.fn_metadata.output_schema))
+            output = without_model_docs(slim(tool.fn_metadata.output_schema))
+            tool.fn_metadata.output_schema = _see_also(tool.name, output)
