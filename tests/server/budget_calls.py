@@ -26,6 +26,27 @@ BUDGETS: dict[str, tuple[int, int]] = {
     "get_incident": (10_000, 8_000),
     "get_topic": (16_000, 12_000),
     "vocab": (10_000, 10_000),
+    "export_timeline": (3_000, 3_000),
+    # measured where a job, its alerts or a fleet report exist (MEASURED_ELSEWHERE)
+    "list_jobs": (12_000, 10_000),  # a full default page of 20 jobs
+    "get_job": (12_000, 10_000),  # a full default page of 20 windows
+    "get_window": (8_000, 8_000),
+    "compare_windows": (4_000, 4_000),
+    "list_alerts": (16_000, 16_000),  # a full default page of 20 alerts
+    "get_alert": (10_000, 8_000),  # the summary and each destination's delivery log
+    "list_fleet_reports": (8_000, 8_000),
+    "get_fleet_report": (16_000, 20_000),  # at most 50 failed jobs listed
+}
+# tool -> the test that measures it against BUDGETS on a live job, its alerts or stored fleet reports
+MEASURED_ELSEWHERE: dict[str, str] = {
+    "list_jobs": "tests/service/test_alerts_live.py",
+    "get_job": "tests/service/test_alerts_live.py",
+    "get_window": "tests/service/test_alerts_live.py",
+    "compare_windows": "tests/service/test_alerts_live.py",
+    "list_alerts": "tests/service/test_alerts_live.py",
+    "get_alert": "tests/service/test_alerts_live.py",
+    "list_fleet_reports": "tests/server/test_server_fleet.py",
+    "get_fleet_report": "tests/server/test_server_fleet.py",
 }
 IMAGE_BUDGET = 200_000  # base64 PNG characters
 
@@ -44,7 +65,19 @@ CALLS: list[tuple[str, dict[str, Any], bool]] = [
     ("get_incident", {"id": "IL-0417"}, False),
     ("get_topic", {"name": "stragglers"}, False),
     ("vocab", {}, False),
+    ("export_timeline", {}, True),
 ]
+
+
+def over_budget(label: str, result: Any) -> str | None:
+    """Why an answer breaks its budget (None when it keeps it, or the call failed loudly)."""
+    if result.is_error:
+        return f"{label}: {result.content[0].text}"
+    text, structured, _ = sizes(result)
+    budget = BUDGETS[label]
+    if text > budget[0] or structured > budget[1]:
+        return f"{label}: {text:,} / {structured:,} bytes over its budget {budget[0]:,} / {budget[1]:,}"
+    return None
 
 
 def sizes(result: Any) -> tuple[int, int, int]:
