@@ -54,14 +54,22 @@ def _int(
     return _q(name, description, "integer", **bounds)
 
 
-def _path(name: str, description: str) -> dict[str, Any]:
+def _path(name: str, description: str, **bounds: Any) -> dict[str, Any]:
     return {
         "name": name,
         "in": "path",
         "required": True,
         "description": description,
-        "schema": {"type": "string"},
+        "schema": {"type": "string", **bounds},
     }
+
+
+# job and window names the monitoring routes accept (server.core.monitor.ID_RE), alert ids
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+NAME_OR_EMPTY = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127})?$"
+ALERT_ID = r"^[A-Za-z0-9]{1,64}$"
+# the timeline's step selection: empty or `default` (worst and typical), or up to 16 step ids
+STEPS = r"^(default|-?[0-9]{1,18}(,-?[0-9]{1,18}){0,15})?$"
 
 
 ERRORS = {
@@ -171,7 +179,11 @@ def build_openapi(version: str, server_url: str = "/", vocabulary: Any = None) -
                 "summary": "The full what-if report",
                 "parameters": [
                     TRACE,
-                    _q("include", "extras computed on demand: `timeline` (critical paths, time breakdown)"),
+                    _q(
+                        "include",
+                        "extras computed on demand: `timeline` (critical paths, time breakdown)",
+                        enum=["", "timeline"],
+                    ),
                 ],
                 "responses": {"200": _json("WhatIfReport", "ok"), **ERRORS},
             }
@@ -199,7 +211,11 @@ def build_openapi(version: str, server_url: str = "/", vocabulary: Any = None) -
                 "summary": "Chrome trace-event timeline: actual vs straggler-free run, critical paths marked",
                 "parameters": [
                     TRACE,
-                    _q("steps", "comma-separated step ids (at most 16); default: worst, typical"),
+                    _q(
+                        "steps",
+                        "comma-separated step ids (at most 16); empty or `default`: worst, typical",
+                        pattern=STEPS,
+                    ),
                 ],
                 "responses": {
                     "200": {"description": "trace-event JSON", "content": {"application/json": {}}},
@@ -297,7 +313,8 @@ JOB_MODELS = (JobList, JobDetail, WindowDetail, Comparison, AlertList, AlertDeta
 
 def job_paths() -> dict[str, Any]:
     """The monitoring routes: live ingestion, jobs and windows, comparisons, alerts."""
-    job, window = _path("job", "job name"), _path("window", "window id")
+    job = _path("job", "job name: 1-128 of [A-Za-z0-9._-], starting alphanumeric", pattern=NAME)
+    window = _path("window", "window id: 1-128 of [A-Za-z0-9._-], starting alphanumeric", pattern=NAME)
     md = {"description": "Markdown", "content": {"text/markdown": {"schema": {"type": "string"}}}}
     conflict = {"409": _json("ErrorBody", "the window is assembled already / not analysed yet")}
 
@@ -315,10 +332,16 @@ def job_paths() -> dict[str, Any]:
         "parameters": [
             job,
             window,
-            {"name": "rank", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
-            _q("world_size", "ranks the window expects (else taken from the first Kineto file)", "integer"),
-            _q("format", "reader name; default: detect"),
-            _q("filename", "the file's name (its suffix helps detect the format)"),
+            {
+                "name": "rank",
+                "in": "path",
+                "required": True,
+                "description": "the sender's rank, below world_size",
+                "schema": {"type": "integer", "minimum": 0, "maximum": 65535},
+            },
+            _int("world_size", "ranks the window expects, above rank (else: from the first file)", 1, 65536),
+            _q("format", "reader name; default: detect", maxLength=40),
+            _q("filename", "the file's name (its suffix helps detect the format)", maxLength=255),
         ],
         "requestBody": {
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
@@ -326,15 +349,23 @@ def job_paths() -> dict[str, Any]:
         "responses": {
             "201": {"description": "stored (the window's status in the body)"},
             "200": {"description": "the same file was stored before"},
+            "413": _json("ErrorBody", "the file passes the upload budget"),
+            "422": _json("ErrorBody", "the file is not a trace the readers know (the reason named)"),
             **ERRORS,
             **conflict,
         },
     }
     return {
         "/api/jobs/{job}/windows/{window}/ranks/{rank}": {"put": upload, "post": upload},
-        "/api/jobs": get("Monitored jobs", [*PAGE, _q("q", "glob on the job name")], _json("JobList", "ok")),
+        "/api/jobs": get(
+            "Monitored jobs",
+            [*PAGE, _q("q", "glob on the job name; empty: all", maxLength=128)],
+            _json("JobList", "ok"),
+        ),
         "/api/jobs/{job}": get(
-            "A job's windows and trend", [job, _q("limit", "1..100", "integer")], _json("JobDetail", "ok")
+            "A job's windows and trend",
+            [job, _int("limit", "windows, newest first", 1, 100, 20)],
+            _json("JobDetail", "ok"),
         ),
         "/api/jobs/{job}/windows/{window}": get("A window", [job, window], _json("WindowDetail", "ok")),
         "/api/jobs/{job}/windows/{window}/diagnosis.md": get(
@@ -342,14 +373,24 @@ def job_paths() -> dict[str, Any]:
         ),
         "/api/jobs/{job}/compare": get(
             "Compare two windows",
-            [job, _q("before", "window id", required=True), _q("after", "window id", required=True)],
+            [
+                job,
+                _q("before", "window id", required=True, pattern=NAME),
+                _q("after", "window id", required=True, pattern=NAME),
+            ],
             _json("Comparison", "ok"),
             conflict,
         ),
         "/api/traces/{trace_id}/diagnosis.md": get("A trace's diagnosis as Markdown", [TRACE], md),
-        "/api/alerts": get("Alerts", [*PAGE, _q("job", "only this job")], _json("AlertList", "ok")),
+        "/api/alerts": get(
+            "Alerts",
+            [*PAGE, _q("job", "only this job; empty: all", pattern=NAME_OR_EMPTY)],
+            _json("AlertList", "ok"),
+        ),
         "/api/alerts/{alert_id}": get(
-            "An alert and its delivery log", [_path("alert_id", "alert id")], _json("AlertDetail", "ok")
+            "An alert and its delivery log",
+            [_path("alert_id", "alert id (from GET /api/alerts)", pattern=ALERT_ID)],
+            _json("AlertDetail", "ok"),
         ),
     }
 

@@ -49,6 +49,14 @@ SKIPPED: dict[tuple[str, str], tuple[Any, str]] = {
         "a schema-valid upload is any bytes; random bytes are not a trace, so the reader refuses "
         "them (422, with the reason) although the request matches the schema",
     ),
+    **{
+        (method, "/api/jobs/{job}/windows/{window}/ranks/{rank}"): (
+            checks.positive_data_acceptance,
+            "a schema-valid rank upload is any bytes, which the reader refuses (422) like an upload, "
+            "and rank must stay below world_size, a rule across two parameters",
+        )
+        for method in ("PUT", "POST")
+    },
     ("GET", "/api/cases"): (
         checks.positive_data_acceptance,
         "year_from must not be after year_to: a rule across two parameters, which OpenAPI 3.1 "
