@@ -20,9 +20,11 @@ $(TORCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,torch,postgres,ray]'
 	touch $(TORCH_STAMP)
 
-## The main job on embedded defaults.
+## The main job on embedded defaults (`make run PORT=8123 HOST=127.0.0.1`).
+PORT ?= 8000
+HOST ?= 127.0.0.1
 run: $(STAMP)
-	$(BIN)/straggler-lens serve --preload-sample
+	$(BIN)/straggler-lens serve --preload-sample --host $(HOST) --port $(PORT)
 
 ## Lint, type-check and the whole test suite. The browser tests (tests/web) drive the system
 ## Chromium (`apt-get install chromium`; .ci/run installs it) through Playwright from the dev extra.

@@ -29,7 +29,7 @@ from server.core.errors import ApiError
 
 # progress(fraction in [0, 1], message); any thread may call it.
 Progress = Callable[[float, str], None]
-READ_KEYS = ("format", "dp", "pp", "tp", "cp")
+READ_KEYS = ("format", "dp", "pp", "tp", "cp", "vpp", "gpus_per_host", "layers_per_stage", "partial")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,13 @@ class TraceRef:
         folder: Path | str,
         limits: ReadLimits | None = None,
     ) -> TraceRef:
-        opts = tuple(sorted((k, options[k]) for k in (*READ_KEYS, "partial") if options.get(k) is not None))
+        opts = tuple(
+            sorted(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k in READ_KEYS
+                if (v := options.get(k)) is not None
+            )
+        )
         return cls(key, tuple(str(p) for p in paths), opts, str(folder), limits)
 
 
@@ -192,14 +198,16 @@ def open_library() -> Any:
 
 
 def read_options(options: dict[str, Any], limits: ReadLimits | None = None) -> Any:
-    """The reader options of an upload's stored options (format and the dp/pp/tp/cp sizes; a
-    ``partial`` window, assembled without some ranks, is read as the smaller job it holds) and the
-    server's read budgets."""
+    """The reader options of an upload's stored options: the format, the job keys the CLI's
+    ``--dp --pp --tp --cp --vpp --gpus-per-host --layers-per-stage`` give, and ``partial``
+    (analyse a subset of a job's ranks as a smaller job), with the server's read budgets."""
     from diagnosers.readers import ReadOptions
 
-    extra: dict[str, object] = {"partial": True} if options.get("partial") else {}
-    kw = {k: options[k] for k in READ_KEYS if options.get(k) is not None}
-    return ReadOptions(**kw, extra=extra, limits=limits)
+    given = {k: options[k] for k in READ_KEYS if options.get(k) is not None}
+    extra: dict[str, object] = {"partial": True} if given.pop("partial", False) else {}
+    if "layers_per_stage" in given:
+        given["layers_per_stage"] = list(given["layers_per_stage"])
+    return ReadOptions(**given, extra=extra, limits=limits)
 
 
 def _load(ref: TraceRef) -> Trace:

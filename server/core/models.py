@@ -52,6 +52,11 @@ class UploadResult(BaseModel):
     summary: TraceSummary
 
 
+class DeleteResult(BaseModel):
+    trace_id: str
+    deleted: bool = Field(description="true: the trace, its files and its cached results are gone")
+
+
 class TraceList(BaseModel):
     total: int
     limit: int

@@ -115,7 +115,15 @@ async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
         if settings.preload_sample:
             tid = await anyio.to_thread.run_sync(preload_sample, lens)
             log.info("sample trace ST stored as %s", tid)
-        yield lens
+        if settings.retention_days is None:
+            yield lens
+        else:
+            from server.core.lifecycle import retention_loop
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(retention_loop, lens)  # expires once now, then periodically
+                yield lens
+                tg.cancel_scope.cancel()
     finally:
         if executor is not None:
             with anyio.CancelScope(shield=True):

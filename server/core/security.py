@@ -78,12 +78,16 @@ class HostPolicy:
                 self.exact.add(f"{name}:{port}")
 
     def host_ok(self, host: str | None) -> bool:
-        if not host:
+        """Case-insensitive (RFC 9110: host names are); a port must be digits, so
+        ``localhost:80@evil.com`` and other userinfo tricks are refused."""
+        if not host or "@" in host:
             return False
         host = host.lower()
+        name, port = split_host(host)
+        if port is not None and not (port.isascii() and port.isdigit()):
+            return False
         if host in self.exact:
             return True
-        name, _ = split_host(host)
         return name in self.any_port
 
     def origin_ok(self, origin: str) -> bool:
@@ -144,6 +148,7 @@ class SecurityMiddleware:
             resp = error_response(403, "invalid_origin", f"Origin {origin!r} is not allowed")
             await resp(scope, receive, send)
             return
+        scope = _lower_host(scope)  # the SDK's own check on /mcp compares case-sensitively
         # slash commands carry the chat platform's signature instead (checked by their routes)
         if self.token is not None and not str(scope.get("path", "")).startswith(SIGNED_PATHS):
             refusal = self._refusal(scope, headers, origin)
@@ -206,6 +211,15 @@ class SecurityMiddleware:
             return False
         morsel = jar.get(SESSION_COOKIE)
         return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.session)
+
+
+def _lower_host(scope: Scope) -> Scope:
+    """The scope with its Host and Origin headers in lower case (accepted names are compared so)."""
+    headers = scope.get("headers") or []
+    names = (b"host", b"origin")
+    if not any(k in names and v != v.lower() for k, v in headers):
+        return scope
+    return {**scope, "headers": [(k, v.lower() if k in names else v) for k, v in headers]}
 
 
 class PathNotAllowed(ValueError):

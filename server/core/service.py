@@ -27,12 +27,13 @@ import anyio.from_thread
 
 from diagnosers.model import Trace
 from server.core import faults, jobs
+from server.core.archives import expand_archives
 from server.core.errors import ApiError, not_found
 from server.core.executor import Executor
 from server.core.jobs import READ_KEYS, JobContext, TraceRef, read_options, trace_error
 from server.core.models import TraceInfo, TraceSummary, UploadResult
 from server.core.settings import Settings
-from server.core.staging import META_SUFFIXES, StagedFile, content_hash
+from server.core.staging import META_SUFFIXES, StagedFile, UploadBudget, content_hash
 from server.core.store import TraceRecord, TraceStore
 
 __all__ = ["READ_KEYS", "Lens", "check_selector", "read_options", "scaled", "shown_steps", "trace_error"]
@@ -210,6 +211,7 @@ class Lens:
         The staging folder is always consumed: moved into the store or deleted.
         """
         try:
+            files = expand_archives(staging, files, self._budget(files))
             if all(f.name.lower().endswith(META_SUFFIXES) for f in files):
                 raise ApiError(400, "no_trace_files", "the upload holds only meta yaml files, no trace")
             opts = {k: options.get(k) for k in (*READ_KEYS, "partial") if options.get(k) is not None}
@@ -239,6 +241,25 @@ class Lens:
         return UploadResult(
             trace_id=rec.id, created=created, summary=TraceSummary.model_validate(rec.summary)
         )
+
+    def delete(self, trace_id: str) -> None:
+        """Delete a stored trace and everything cached about it (404 when unknown)."""
+        self.record(trace_id)  # the usual 404 wording for an unknown id
+        if not self.store.delete(trace_id):
+            raise not_found("trace", trace_id)
+        self.forget(trace_id)
+
+    def forget(self, trace_id: str) -> None:
+        """Drop the memoised results of a trace (after it was deleted)."""
+        with self._cache_lock:
+            for key in [k for k in self._memo if trace_id in k]:
+                del self._memo[key]
+
+    def _budget(self, files: list[StagedFile]) -> UploadBudget:
+        """The decompressed budget left to unpack archives among ``files``."""
+        budget = UploadBudget(self.settings.max_upload_bytes, self.settings.max_decompressed_bytes)
+        budget.expanded = sum(f.size for f in files)
+        return budget
 
     def trace(self, rec: TraceRecord) -> Trace:
         """The parsed trace of a record in this process (cached; scripts and tests)."""

@@ -114,6 +114,9 @@ class Settings:
         )
     # folders holding fleet reports (`straggler-lens fleet -o DIR`), read by get_fleet_report
     fleet_dirs: tuple[Path, ...] = ()
+    # traces older than this many days are deleted at start and then every retention_check_s
+    retention_days: float | None = None
+    retention_check_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.allowed_hosts:
@@ -139,6 +142,8 @@ class Settings:
             raise SettingsError(f"--executor {self.executor!r}: choose local or ray")
         if self.executor != "ray" and self.ray_address:
             raise SettingsError("--ray-address needs --executor ray")
+        if self.retention_days is not None and not self.retention_days > 0:
+            raise SettingsError("--retention-days must be positive")
         if self.max_upload_bytes <= 0:
             raise SettingsError("--max-upload-mb must be positive")
 

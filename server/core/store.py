@@ -129,6 +129,10 @@ class TraceStore(Protocol):
 
     def page(self, limit: int, offset: int) -> tuple[int, list[TraceRecord]]: ...
 
+    def delete(self, trace_id: str) -> bool: ...
+
+    def created_before(self, cutoff: datetime) -> list[str]: ...
+
     def file_paths(self, record: TraceRecord) -> list[Path]: ...
 
     def get_result(self, trace_id: str, kind: str, key: str = "") -> str | None: ...
@@ -194,7 +198,7 @@ class _SqlStore(ABC):
         # only names this server makes: staging folders (16 hex digits) and trace folders
         # (32 hex digits); anything else a person put here is left alone
         for leftover in self.tmp_dir.iterdir():
-            if STAGING_RE.match(leftover.name):
+            if STAGING_RE.match(leftover.name) or leftover.name.startswith("deleted-"):
                 shutil.rmtree(leftover, ignore_errors=True)
         known = {r["id"] for r in self.db.read("SELECT id FROM traces")}
         horizon = time.time() - ORPHAN_AGE_S
@@ -272,6 +276,34 @@ class _SqlStore(ABC):
         record = self.get(trace_id)
         assert record is not None
         return record, True
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def delete(self, trace_id: str) -> bool:
+        """Forget one trace: its row, its cached results and its folder; False when unknown.
+
+        The rows go first, then the folder is moved under ``tmp/`` (one rename) and removed, so
+        a crash in between leaves only a folder the next start clears. Nothing else is touched.
+        """
+        if not TRACE_ID_RE.match(trace_id):
+            return False
+        with self.db.tx() as db:
+            db.execute("DELETE FROM results WHERE trace_id = ?", (trace_id,))
+            gone = db.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount
+        if not gone:
+            return False
+        folder = self.traces_dir / trace_id
+        if folder.is_dir():
+            doomed = self.tmp_dir / f"deleted-{trace_id}"
+            folder.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def created_before(self, cutoff: datetime) -> list[str]:
+        """Ids of the traces stored before ``cutoff`` (an aware datetime), oldest first."""
+        stamp = cutoff.astimezone(UTC).isoformat(timespec="seconds")
+        rows = self.db.read("SELECT id FROM traces WHERE created_at < ? ORDER BY created_at", (stamp,))
+        return [r["id"] for r in rows]
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -29,7 +29,18 @@ from server.core.staging import (
 )
 
 # Non-file multipart fields accepted next to the files (same meaning as the query parameters).
-FIELD_NAMES = ("format", "dp", "pp", "tp", "cp", "filename")
+FIELD_NAMES = (
+    "format",
+    "dp",
+    "pp",
+    "tp",
+    "cp",
+    "vpp",
+    "gpus_per_host",
+    "layers_per_stage",
+    "partial",
+    "filename",
+)
 MAX_FIELD_BYTES = 1024
 MAX_PARTS = 4096
 MAX_BOUNDARY = 200

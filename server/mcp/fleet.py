@@ -10,13 +10,14 @@ from mcp.server import MCPServer
 from pydantic import Field
 
 from server.core.fleet_reports import FleetReportList, StoredFleetReport, list_reports, load_report
-from server.mcp.shared import READ_ONLY, LensFn, tool_errors
+from server.mcp.shared import NULL_IS_EMPTY, READ_ONLY, LensFn, tool_errors
 
 # An answer stays bounded: a fleet with thousands of failed jobs lists the first ones (REST has all).
 MAX_LISTED = 50
 
 ReportName = Annotated[
-    str | None,
+    str,
+    NULL_IS_EMPTY,
     Field(description="report name (its folder's name); empty when only one is stored", max_length=200),
 ]
 
@@ -24,7 +25,7 @@ ReportName = Annotated[
 def register_fleet_tools(mcp: MCPServer[Any], lens: LensFn) -> None:
     @mcp.tool(title="Read a fleet report", annotations=READ_ONLY)
     @tool_errors
-    async def get_fleet_report(name: ReportName = None) -> StoredFleetReport:
+    async def get_fleet_report(name: ReportName = "") -> StoredFleetReport:
         """The fleet study's statistics over many jobs (written by `straggler-lens fleet`): share of
         straggling jobs (S >= 1.1), share of GPU-hours wasted, S and wasted-fraction quantiles and
         CDFs, the cause mix with each cause's mean slowdown, how often fixing the slowest 3% of

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from incidents.schema import Case
@@ -21,15 +22,21 @@ from incidents.search import IncidentResults, TopicCases, Vocabulary, get_incide
 from server.core.errors import ApiError
 from server.core.incident_glue import call, search_or_list
 from server.core.service import Lens
-from server.mcp.shared import READ_ONLY, Limit, Offset, tool_errors
+from server.mcp.shared import NULL_IS_EMPTY, READ_ONLY, Limit, Offset, tool_errors
+from server.mcp.views import compact_result
+from server.mcp.vocab_page import VocabPage, vocab_page
 
 MAX_TOPIC_CASES = 50
 
-Category = Annotated[str | None, Field(description="incident category (see vocab), e.g. gc-pause")]
-Cause = Annotated[str | None, Field(description="cause id (see vocab), e.g. stage-imbalance")]
-Tag = Annotated[str | None, Field(description="tag (see vocab)")]
-Topic = Annotated[str | None, Field(description="topic name (see vocab)")]
-Org = Annotated[str | None, Field(description="organisation, e.g. Meta")]
+Category = Annotated[
+    str, NULL_IS_EMPTY, Field(max_length=80, description="incident category (see vocab), e.g. gc-pause")
+]
+Cause = Annotated[
+    str, NULL_IS_EMPTY, Field(max_length=80, description="cause id (see vocab), e.g. stage-imbalance")
+]
+Tag = Annotated[str, NULL_IS_EMPTY, Field(max_length=80, description="tag (see vocab)")]
+Topic = Annotated[str, NULL_IS_EMPTY, Field(max_length=80, description="topic name (see vocab)")]
+Org = Annotated[str, NULL_IS_EMPTY, Field(max_length=80, description="organisation, e.g. Meta")]
 YearFrom = Annotated[int | None, Field(ge=1990, le=2100, description="earliest year")]
 YearTo = Annotated[int | None, Field(ge=1990, le=2100, description="latest year")]
 FILTER_NAMES = ("category", "cause", "tag", "topic", "org", "year_from", "year_to")
@@ -38,7 +45,7 @@ FILTER_NAMES = ("category", "cause", "tag", "topic", "org", "year_from", "year_t
 def filters_of(arguments: dict[str, Any]) -> dict[str, Any]:
     """The incident filters among a tool's arguments (``locals()`` before any other assignment):
     the search and list tools take the same flat filter arguments, named once here."""
-    return {k: arguments[k] for k in FILTER_NAMES}
+    return {k: (arguments[k] if arguments[k] != "" else None) for k in FILTER_NAMES}
 
 
 def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have: dict[str, bool]) -> None:
@@ -58,11 +65,11 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
     @tool_errors
     async def search_incidents_tool(
         query: Annotated[str, Field(description="free text, e.g. 'last pipeline stage slow loss layer'")],
-        category: Category = None,
-        cause: Cause = None,
-        tag: Tag = None,
-        topic: Topic = None,
-        org: Org = None,
+        category: Category = "",
+        cause: Cause = "",
+        tag: Tag = "",
+        topic: Topic = "",
+        org: Org = "",
         year_from: YearFrom = None,
         year_to: YearTo = None,
         limit: Annotated[int, Field(ge=1, le=100, description="page size")] = 10,
@@ -78,11 +85,11 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
     @mcp.tool(name="list_incidents", title="List past incidents", annotations=READ_ONLY)
     @tool_errors
     async def list_incidents_tool(
-        category: Category = None,
-        cause: Cause = None,
-        tag: Tag = None,
-        topic: Topic = None,
-        org: Org = None,
+        category: Category = "",
+        cause: Cause = "",
+        tag: Tag = "",
+        topic: Topic = "",
+        org: Org = "",
         year_from: YearFrom = None,
         year_to: YearTo = None,
         limit: Limit = 20,
@@ -113,11 +120,24 @@ def register_incident_tools(mcp: MCPServer[Any], lens: Callable[[], Lens], have:
 
     @mcp.tool(name="vocab", title="Vocabulary", annotations=READ_ONLY)
     @tool_errors
-    async def vocab_tool() -> Vocabulary:
-        """Categories, cause ids (with descriptions), tags and topics with case counts: the values the
-        incident filters accept, and the cause ids diagnoses use."""
+    async def vocab_tool(
+        section: Annotated[
+            Literal["all", "categories", "causes", "tags", "topics", "synonyms"],
+            Field(description="one part only; 'all' = categories, causes, topics and a page of tags"),
+        ] = "all",
+        query: Annotated[
+            str,
+            NULL_IS_EMPTY,
+            Field(max_length=80, description="keep entries whose name or text contains this"),
+        ] = "",
+        limit: Annotated[int, Field(ge=1, le=500, description="tags (or synonyms) per page")] = 40,
+        offset: Offset = 0,
+    ) -> Annotated[CallToolResult, VocabPage]:
+        """Categories, cause ids (with descriptions), topics and the most used tags, with case counts:
+        the values the incident filters accept and the cause ids diagnoses use. Tags and synonyms
+        are paged (`limit`, `offset`, `next_offset`); `query` filters every part by substring."""
         result: Vocabulary = await run(vocab, library=lib())
-        return result
+        return compact_result(vocab_page(result, section, query, limit, offset))
 
     @mcp.resource("incident://{incident_id}", mime_type="application/json", title="Incident case")
     async def incident_resource(incident_id: str) -> str:
@@ -138,11 +158,17 @@ def register_similar_tool(mcp: MCPServer[Any], lens: Callable[[], Lens]) -> None
     @mcp.tool(name="similar_incidents", title="Similar past incidents", annotations=READ_ONLY)
     @tool_errors
     async def similar_incidents_tool(
-        case_id: Annotated[str | None, Field(description="an incident id: incidents like this one")] = None,
+        case_id: Annotated[
+            str, NULL_IS_EMPTY, Field(max_length=80, description="an incident id: incidents like this one")
+        ] = "",
         trace_id: Annotated[
-            str | None, Field(description="a stored trace: incidents like its diagnosis")
-        ] = None,
-        text: Annotated[str | None, Field(description="a description of the symptoms")] = None,
+            str,
+            NULL_IS_EMPTY,
+            Field(max_length=64, description="a stored trace: incidents like its diagnosis"),
+        ] = "",
+        text: Annotated[
+            str, NULL_IS_EMPTY, Field(max_length=4000, description="a description of the symptoms")
+        ] = "",
         limit: Annotated[int, Field(ge=1, le=20, description="how many")] = 5,
     ) -> IncidentResults:
         """Past incidents most similar to an incident, to a stored trace's diagnosis, or to a text."""
@@ -150,5 +176,12 @@ def register_similar_tool(mcp: MCPServer[Any], lens: Callable[[], Lens]) -> None
         if len(given) != 1:
             raise ToolError("give exactly one of case_id, trace_id or text")
         return await anyio.to_thread.run_sync(
-            functools.partial(similar, lens(), case_id=case_id, trace_id=trace_id, text=text, limit=limit)
+            functools.partial(
+                similar,
+                lens(),
+                case_id=case_id or None,
+                trace_id=trace_id or None,
+                text=text or None,
+                limit=limit,
+            )
         )

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from server.core import jobs_api
 from server.core.jobs_api import AlertDetail, AlertList, Comparison, JobDetail, JobList, WindowDetail
-from server.mcp.shared import READ_ONLY, Limit, Offset, tool_errors
+from server.mcp.shared import NULL_IS_EMPTY, READ_ONLY, Limit, Offset, tool_errors
 
 JobName = Annotated[
     str, Field(description="job name, as the training job reports it", min_length=1, max_length=128)
@@ -38,11 +38,13 @@ def register_job_tools(mcp: MCPServer[Any], monitor: Callable[[], Any]) -> None:
     async def list_jobs(
         limit: Limit = 20,
         offset: Offset = 0,
-        pattern: Annotated[str | None, Field(description="glob on the job name, e.g. 'llama-*'")] = None,
+        pattern: Annotated[
+            str, NULL_IS_EMPTY, Field(description="glob on the job name, e.g. 'llama-*'; empty: all")
+        ] = "",
     ) -> JobList:
         """Jobs that stream profiling windows, most recently updated first, with their latest
         window's status, slowdown S and causes."""
-        result: JobList = await run(jobs_api.list_jobs, limit, offset, pattern)
+        result: JobList = await run(jobs_api.list_jobs, limit, offset, pattern or None)
         return result
 
     @mcp.tool(title="A job's history", annotations=READ_ONLY)
@@ -73,12 +75,14 @@ def register_job_tools(mcp: MCPServer[Any], monitor: Callable[[], Any]) -> None:
     @mcp.tool(title="List alerts", annotations=READ_ONLY)
     @tool_errors
     async def list_alerts(
-        job: Annotated[str | None, Field(description="only this job's alerts", max_length=128)] = None,
+        job: Annotated[
+            str, NULL_IS_EMPTY, Field(description="only this job's alerts; empty: all", max_length=128)
+        ] = "",
         limit: Limit = 20,
         offset: Offset = 0,
     ) -> AlertList:
         """Alerts raised by the --alerts rules, newest first, with each destination's delivery state."""
-        result: AlertList = await run(jobs_api.list_alerts, job, limit, offset)
+        result: AlertList = await run(jobs_api.list_alerts, job or None, limit, offset)
         return result
 
     @mcp.tool(title="An alert and its delivery log", annotations=READ_ONLY)

@@ -16,12 +16,13 @@ import anyio.from_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from server.core import faults
 from server.core.errors import ApiError
 from server.core.security import PathNotAllowed
 from server.core.service import Lens
+from server.core.wording import in_terms
 
 P = ParamSpec("P")
 log = logging.getLogger("straggler_lens.server")
@@ -35,6 +36,9 @@ READ_ONLY = ToolAnnotations(
 UPLOAD = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
+DESTRUCTIVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
 
 TraceId = Annotated[
     str, Field(description="trace handle from upload_trace / list_traces", min_length=1, max_length=64)
@@ -42,6 +46,18 @@ TraceId = Annotated[
 Limit = Annotated[int, Field(ge=1, le=100, description="page size (max 100)")]
 Offset = Annotated[int, Field(ge=0, description="items to skip (offset pagination)")]
 Size = Annotated[int | None, Field(ge=1, le=1_000_000, description="parallel size; overrides the meta")]
+
+
+def _null_is_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
+# An optional string argument is ``Annotated[str, NULL_IS_EMPTY, Field(...)] = ""``: "" when absent
+# (an explicit JSON null too). Its annotation must be exactly ``str``: the SDK JSON-parses a string
+# argument whose annotation is anything else (``str | None`` included) before validating it, so a
+# JSON document given as text (a Kineto file, '["gc pause"]') would arrive as a list or a dict and
+# be refused. tests/server/test_server_contract.py checks every tool's string arguments for this.
+NULL_IS_EMPTY = BeforeValidator(_null_is_empty)
 
 
 def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
@@ -55,7 +71,7 @@ def tool_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
         try:
             return await fn(*args, **kwargs)
         except ApiError as exc:
-            raise ToolError(exc.message) from exc
+            raise ToolError(in_terms(exc.message, "mcp")) from exc
         except PathNotAllowed as exc:
             raise ToolError(str(exc)) from exc
         except ToolError:

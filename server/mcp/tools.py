@@ -9,8 +9,6 @@ engine module is not installed are not registered (``server.app.features``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,14 +22,33 @@ from mcp.server.apps import Apps
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import Field
 
-from server.core.models import TraceInfo, TraceList, UploadResult
+from server.core.models import DeleteResult, TraceInfo, TraceList, UploadResult
 from server.core.runtime import app_version, features, open_lens
-from server.core.security import resolve_allowed
 from server.core.service import Lens
 from server.core.settings import Settings
-from server.core.staging import FileSink, StagedFile, UploadBudget, safe_filename, write_bytes
+from server.core.staging import StagedFile, UploadBudget
 from server.mcp.app import app_tools
-from server.mcp.shared import READ_ONLY, UPLOAD, Limit, Offset, Size, TraceId, tool_errors
+from server.mcp.plain_errors import plain_argument_errors
+from server.mcp.shared import (
+    DESTRUCTIVE,
+    NULL_IS_EMPTY,
+    READ_ONLY,
+    UPLOAD,
+    Limit,
+    Offset,
+    Size,
+    TraceId,
+    tool_errors,
+)
+from server.mcp.slim import slim_schemas
+from server.mcp.upload import (
+    InlineFile,
+    copy_file,
+    decode_inline,
+    read_options,
+    server_side_sources,
+    stage_inline,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,39 +106,69 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
     @mcp.tool(title="Upload a trace", annotations=UPLOAD)
     @tool_errors
     async def upload_trace(
-        content: Annotated[str | None, Field(description="file content, at most 1 MiB decoded")] = None,
+        content: Annotated[str, NULL_IS_EMPTY, Field(description="file content, at most 1 MiB decoded")] = "",
         encoding: Annotated[Literal["text", "base64"], Field(description="how content is encoded")] = "text",
         filename: Annotated[
-            str | None, Field(description="file name (its suffix helps detect the format)")
+            str,
+            NULL_IS_EMPTY,
+            Field(max_length=255, description="file name (its suffix helps detect the format)"),
+        ] = "",
+        files: Annotated[
+            list[InlineFile] | None,
+            Field(max_length=4096, description="several inline files (per-rank traces, meta yaml)"),
         ] = None,
         path: Annotated[
-            str | None, Field(description="server-side file or folder inside an --allow-dir folder")
-        ] = None,
+            str,
+            NULL_IS_EMPTY,
+            Field(max_length=4096, description="server-side file, folder or archive inside an --allow-dir"),
+        ] = "",
         format: Annotated[
-            str | None,
-            Field(description="reader name (artifact, native, kineto, ndtimeline); default: detect"),
-        ] = None,
+            str,
+            NULL_IS_EMPTY,
+            Field(
+                max_length=40,
+                description="reader name (artifact, native, kineto, ndtimeline); default: detect",
+            ),
+        ] = "",
         dp: Size = None,
         pp: Size = None,
         tp: Size = None,
         cp: Size = None,
+        vpp: Annotated[int | None, Field(ge=1, le=1024, description="model chunks per stage")] = None,
+        gpus_per_host: Annotated[int | None, Field(ge=1, le=1024, description="GPUs per host")] = None,
+        layers_per_stage: Annotated[
+            list[Annotated[int, Field(ge=1)]] | None,
+            Field(max_length=4096, description="transformer layers on each PP stage, e.g. [9, 9, 9, 9]"),
+        ] = None,
+        partial: Annotated[
+            bool, Field(description="analyse a subset of the job's ranks as a smaller job")
+        ] = False,
     ) -> UploadResult:
         """Store one job's trace and return its trace_id and a summary (job shape, steps, ops, format).
 
-        Give either inline `content` (≤ 1 MiB decoded; larger files go to POST /api/traces) or a
-        server-side `path` (file or folder of per-rank files plus an optional meta .yaml) inside an
-        allowed folder. Uploading the same content again returns the same trace_id.
+        Give exactly one of: inline `content` (one file), inline `files` (several: per-rank
+        files plus an optional meta .yaml), or a server-side `path` (file, folder or archive inside
+        an allowed folder; a trace file's meta yaml beside it is read too). Inline uploads hold
+        at most 1 MiB decoded in all; larger ones go to POST /api/traces. Archives (.tar.gz, .tgz,
+        .tar, .zip) are unpacked. Uploading the same content again returns the same trace_id.
         """
         L = lens()
-        if (content is None) == (path is None):
+        if sum(map(bool, (content, files, path))) != 1:
             raise ToolError(
-                "give exactly one of `content` (inline file) or `path` (server-side file or folder)"
+                "give exactly one of `content` (one inline file), `files` (several inline files) "
+                "or `path` (server-side file, folder or archive)"
             )
-        options = {
-            k: v
-            for k, v in {"format": format, "dp": dp, "pp": pp, "tp": tp, "cp": cp}.items()
-            if v is not None
-        }
+        options = read_options(
+            format,
+            partial,
+            layers_per_stage,
+            dp=dp,
+            pp=pp,
+            tp=tp,
+            cp=cp,
+            vpp=vpp,
+            gpus_per_host=gpus_per_host,
+        )
         budget = UploadBudget(L.settings.max_upload_bytes, L.settings.max_decompressed_bytes)
         cap = L.settings.max_inline_bytes
 
@@ -134,17 +181,17 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
                 L.store.discard(staging)
                 raise
 
-        if content is not None:
-            data = _decode_inline(content, encoding, cap)
-            name = safe_filename(filename, "trace")
-            staging, files = await run(staged, lambda d: [write_bytes(d, name, data, budget)])
-            label = filename or name
+        if content or files:
+            items = inline_items(content, encoding, filename, files or [], cap)
+            staging, staged_files = await run(staged, lambda d: stage_inline(d, items, budget))
+            label = filename or ", ".join(name for name, _ in items)
         else:
-            assert path is not None
-            sources = resolve_allowed(path, L.settings.allow_dirs)
-            staging, files = await run(staged, lambda d: [_copy_file(src, d, budget) for src in sources])
+            sources = server_side_sources(path, L.settings.allow_dirs)
+            staging, staged_files = await run(
+                staged, lambda d: [copy_file(src, d, budget) for src in sources]
+            )
             label = path
-        return await run(L.ingest, staging, files, options, label[:200])
+        return await run(L.ingest, staging, staged_files, options, label[:200])
 
     @mcp.tool(title="List stored traces", annotations=READ_ONLY)
     @tool_errors
@@ -171,6 +218,14 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
     from server.mcp.fleet import register_fleet_tools
 
     register_fleet_tools(mcp, lens)
+    @mcp.tool(title="Delete a stored trace", annotations=DESTRUCTIVE)
+    @tool_errors
+    async def delete_trace(trace_id: TraceId) -> DeleteResult:
+        """Delete a stored trace: its files, its cached results and its trace_id (which then stops
+        working). Other traces are not touched."""
+        await run(lens().delete, trace_id)
+        return DeleteResult(trace_id=trace_id, deleted=True)
+
     if have["whatif"]:
         from server.mcp.analysis import register_analysis_tools
 
@@ -185,6 +240,9 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
     from server.mcp.jobs import register_job_tools
 
     register_job_tools(mcp, lambda: getattr(holder, "monitor", None))
+
+    plain_argument_errors(mcp)
+    slim_schemas(mcp)
 
     # -- resources and prompt ----------------------------------------------------------------------
 
@@ -226,34 +284,16 @@ def build_mcp(settings: Settings, holder: Any, app_html: str | None = None) -> M
     return mcp
 
 
-def _decode_inline(content: str, encoding: str, cap: int) -> bytes:
-    """Decode inline content, refusing anything over the inline cap before decoding all of it."""
-    hint = (
-        "inline uploads are capped at {cap} bytes decoded; upload the file with "
-        "`curl -F files=@FILE http://HOST:PORT/api/traces` (POST /api/traces) and pass the returned trace_id"
-    )
-    if encoding == "base64":
-        if len(content) * 3 // 4 > cap + 3:
-            raise ToolError(f"content is about {len(content) * 3 // 4} bytes; " + hint.format(cap=cap))
-        try:
-            data = base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ToolError(f"content is not valid base64: {exc}") from exc
-    else:
-        data = content.encode("utf-8")
-    if len(data) > cap:
-        raise ToolError(f"content is {len(data)} bytes; " + hint.format(cap=cap))
-    if not data:
-        raise ToolError("content is empty")
-    return data
-
-
-def _copy_file(src: Any, staging: Any, budget: UploadBudget) -> StagedFile:
-    sink = FileSink(staging, safe_filename(src.name, "trace"), budget)
-    try:
-        with open(src, "rb") as fh:
-            while chunk := fh.read(1024 * 1024):
-                sink.write(chunk)
-        return sink.close()
-    finally:
-        sink.abort()
+def inline_items(
+    content: str, encoding: str, filename: str, files: list[InlineFile], cap: int
+) -> list[tuple[str, bytes]]:
+    """The decoded inline files, within ``cap`` bytes in all."""
+    if content:
+        return [(filename or "trace", decode_inline(content, encoding, cap))]
+    items: list[tuple[str, bytes]] = []
+    left = cap
+    for i, f in enumerate(files):
+        data = decode_inline(f.content, f.encoding, max(left, 0), what=f"files[{i}] ({f.name})")
+        left -= len(data)
+        items.append((f.name, data))
+    return items

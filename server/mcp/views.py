@@ -10,6 +10,7 @@ values. ``omitted`` counts what each cap held back and
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -138,14 +139,29 @@ def trim_report(
     )
 
 
+def rounded(value: Any, digits: int = 4) -> Any:
+    """``value`` with every float cut to ``digits`` significant digits (values of 1000 and more to
+    one decimal, so timestamps and byte counts keep their integer part): what a reader can use
+    from a simulated slowdown or a duration, at half the characters of a full float."""
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return value
+        return round(value, 1) if abs(value) >= 1000 else float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
 def compact_result(model: BaseModel) -> CallToolResult:
-    """A tool result whose text block is the model's compact JSON (the SDK's default indents it,
-    which nearly doubles what an assistant's context pays for) and whose structured content is
-    the same object."""
-    return CallToolResult(
-        content=[TextContent(type="text", text=model.model_dump_json())],
-        structured_content=model.model_dump(mode="json"),
-    )
+    """A tool result whose text block is the model's compact JSON with numbers rounded to
+    meaningful digits (``rounded``; the SDK's default indents the full floats, which more than
+    doubles what an assistant's context pays for) and whose structured content is the same
+    object at full precision."""
+    full = model.model_dump(mode="json")
+    text = json.dumps(rounded(full), separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=full)
 
 
 def _finish(t: Trimmer) -> dict[str, int]:

@@ -27,7 +27,7 @@ from server.core.chat_render import render_markdown
 from server.core.errors import ApiError
 from server.core.history import window_summary
 from server.core.uploads import body_chunks
-from server.rest.routes import int_param, lens_of, page
+from server.rest.routes import int_param, lens_of, page, str_param
 
 
 def monitor_of(request: Request) -> Any:
@@ -56,9 +56,9 @@ async def put_rank(request: Request) -> Response:
         p["window"],
         rank,
         body_chunks(request),
-        filename=request.query_params.get("filename"),
+        filename=str_param(request, "filename", 255),
         world_size=world,
-        fmt=request.query_params.get("format") or None,
+        fmt=str_param(request, "format", 40),
     )
     info = jobs_api.window_info(arrival.window)
     body = {
@@ -72,7 +72,7 @@ async def put_rank(request: Request) -> Response:
 async def list_jobs(request: Request) -> Response:
     monitor = monitor_of(request)
     limit, offset = page(request)
-    q = request.query_params.get("q")
+    q = str_param(request, "q", 128)
     return _json(await anyio.to_thread.run_sync(lambda: jobs_api.list_jobs(monitor, limit, offset, q)))
 
 

@@ -6,6 +6,7 @@ The OpenAPI document is built in ``server.rest.openapi`` from the same models.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -14,11 +15,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from server.core.errors import ApiError
-from server.core.models import Health, TraceList
+from server.core.models import DeleteResult, Health, TraceList
 from server.core.runtime import features
 from server.core.service import Lens
 from server.core.staging import UploadBudget
 from server.core.uploads import receive_upload
+from server.core.wording import in_terms
 from server.rest.timeline import get_timeline
 
 MAX_PAGE = 100
@@ -35,16 +37,37 @@ def int_param(
 ) -> int | None:
     """An integer query parameter within [lo, hi], or a 400 naming the parameter."""
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "bad_parameter", f"{name}={raw[:40]!r} is not an integer") from None
+    value = _whole(name, raw)
     hi = 2**62 if hi is None else hi  # beyond an int64 column (SQLite, numpy): OverflowError
     if value < lo or value > hi:
-        raise ApiError(400, "bad_parameter", f"{name}={raw[:40]} must be between {lo} and {hi}")
+        raise ApiError(400, "bad_parameter", f"{name}={value} must be between {lo} and {hi}")
     return value
+
+
+def _whole(name: str, raw: str) -> int:
+    """An integer query value; a whole decimal (``3.0``, ``1e2``) counts, as JSON Schema's
+    ``integer`` admits it; empty or anything else is a 400 naming the parameter."""
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        number = float(raw)
+    except ValueError:
+        number = float("nan")
+    if number.is_integer() and abs(number) < 2**63:
+        return int(number)
+    raise ApiError(400, "bad_parameter", f"{name}={raw!r} is not a whole number")
+
+
+def str_param(request: Request, name: str, most: int) -> str | None:
+    """A string query parameter of at most ``most`` characters; empty = not given."""
+    raw = request.query_params.get(name)
+    if raw is not None and len(raw) > most:
+        raise ApiError(400, "bad_parameter", f"{name} must be at most {most} characters, got {len(raw)}")
+    return raw or None
 
 
 def page(request: Request, default_limit: int = 20) -> tuple[int, int]:
@@ -55,20 +78,35 @@ def page(request: Request, default_limit: int = 20) -> tuple[int, int]:
 
 
 def upload_options(fields: dict[str, str]) -> dict[str, Any]:
-    """The read options of an upload (``format`` and positive ``dp, pp, tp, cp``)."""
+    """The read options of an upload: ``format``, the positive sizes ``dp, pp, tp, cp, vpp,
+    gpus_per_host``, ``layers_per_stage`` (comma-separated positive integers) and ``partial``
+    (``true`` / ``false``): the CLI's reading options under their argument names."""
     out: dict[str, Any] = {}
+    for key, most in (("format", 40), ("filename", 255)):
+        if len(fields.get(key) or "") > most:
+            raise ApiError(400, "bad_parameter", f"{key} must be at most {most} characters")
     if fields.get("format"):
         out["format"] = fields["format"]
-    for key in ("dp", "pp", "tp", "cp"):
+    for key in ("dp", "pp", "tp", "cp", "vpp", "gpus_per_host"):
         raw = fields.get(key)
         if raw:
-            try:
-                out[key] = int(raw)
-            except ValueError:
-                raise ApiError(400, "bad_parameter", f"{key}={raw!r} is not an integer") from None
-            if not 1 <= out[key] <= MAX_SIZE:
-                raise ApiError(400, "bad_parameter", f"{key}={raw[:20]} must be between 1 and {MAX_SIZE}")
+            out[key] = _positive(key, raw)
+    raw = fields.get("layers_per_stage")
+    if raw:
+        out["layers_per_stage"] = [_positive("layers_per_stage", x) for x in raw.split(",")]
+    raw = (fields.get("partial") or "").lower()
+    if raw not in ("", "true", "false", "1", "0"):
+        raise ApiError(400, "bad_parameter", f"partial={fields['partial']!r} must be true or false")
+    if raw in ("true", "1"):
+        out["partial"] = True
     return out
+
+
+def _positive(key: str, raw: str) -> int:
+    value = _whole(key, raw.strip())
+    if not 1 <= value <= 1_000_000:
+        raise ApiError(400, "bad_parameter", f"{key}={raw} must be between 1 and 1000000")
+    return value
 
 
 async def healthz(request: Request) -> Response:
@@ -100,7 +138,10 @@ async def post_trace(request: Request) -> Response:
         lens.store.discard(staging)
         raise
     name = fields.get("filename") or ", ".join(sorted(f.name for f in files))[:200]
-    result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    try:
+        result = await anyio.to_thread.run_sync(lens.ingest, staging, files, options, name)
+    except ApiError as exc:  # the readers word their errors for the CLI
+        raise ApiError(exc.status, exc.code, in_terms(exc.message, "rest")) from exc
     return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
 
 
@@ -122,6 +163,14 @@ async def get_trace(request: Request) -> Response:
     lens = lens_of(request)
     tid = request.path_params["trace_id"]
     return JSONResponse(lens.info(lens.record(tid)).model_dump())
+
+
+async def delete_trace(request: Request) -> Response:
+    """Delete a stored trace, its files and its cached results (guarded like uploads)."""
+    lens = lens_of(request)
+    tid = request.path_params["trace_id"]
+    await anyio.to_thread.run_sync(lens.delete, tid)
+    return JSONResponse(DeleteResult(trace_id=tid, deleted=True).model_dump())
 
 
 async def result_document(request: Request, kind: str) -> Response:
@@ -180,10 +229,10 @@ async def list_cases(request: Request) -> Response:
 
     lib = library_of(request)
     limit, offset = page(request, default_limit=10)
-    filters: dict[str, Any] = {k: request.query_params.get(k) or None for k in CASE_FILTERS}
+    filters: dict[str, Any] = {k: str_param(request, k, 80) for k in CASE_FILTERS}
     filters["year_from"] = int_param(request, "year_from", None, 1990, 2100)
     filters["year_to"] = int_param(request, "year_to", None, 1990, 2100)
-    q = request.query_params.get("q")
+    q = str_param(request, "q", 500)
     result = await anyio.to_thread.run_sync(search_or_list, lib, q, filters, limit, offset)
     return JSONResponse(result.model_dump(mode="json"))
 
@@ -247,16 +296,38 @@ async def get_fleet(request: Request) -> Response:
 async def openapi(request: Request) -> Response:
     from server.rest.openapi import build_openapi
 
-    return JSONResponse(build_openapi(request.app.state.version))
+    base = str(request.base_url).rstrip("/") or "/"
+    lens = lens_of(request)
+    vocabulary = None
+    if lens.library is not None:
+        from incidents.search import vocab
+        from server.core.incident_glue import call
+
+        vocabulary = lens.peek("openapi", "vocab")
+        if vocabulary is None:
+            vocabulary = lens.memo(("openapi", "vocab"), await anyio.to_thread.run_sync(
+                lambda: call(vocab, library=lens.library)
+            ))
+    return JSONResponse(build_openapi(request.app.state.version, base, vocabulary))
+
+
+def by_method(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+    """One route for several methods of a path, so a 405 there lists all of them in ``Allow``
+    (two routes on one path answer with the first one's methods only)."""
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return Route(path, dispatch, methods=list(handlers), name=path)
 
 
 def routes() -> list[BaseRoute]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/api/openapi.json", openapi, methods=["GET"]),
-        Route("/api/traces", post_trace, methods=["POST"]),
-        Route("/api/traces", list_traces, methods=["GET"]),
-        Route("/api/traces/{trace_id}", get_trace, methods=["GET"]),
+        by_method("/api/traces", GET=list_traces, POST=post_trace),
+        by_method("/api/traces/{trace_id}", GET=get_trace, DELETE=delete_trace),
         Route("/api/traces/{trace_id}/whatif", get_whatif, methods=["GET"]),
         Route("/api/traces/{trace_id}/diagnosis", get_diagnosis, methods=["GET"]),
         Route("/api/traces/{trace_id}/heatmap.png", get_heatmap_png, methods=["GET"]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from budget_calls import over_budget
 from lens_testing import Live, LiveServer
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -68,6 +69,8 @@ async def test_mcp_tool_reads_a_stored_fleet_report(fleet_live: Live) -> None:
         assert ambiguous.is_error and "several fleet reports" in ambiguous.content[0].text
         names = await c.call_tool("list_fleet_reports", {})
         assert names.structured_content["total"] == 3
+        assert over_budget("get_fleet_report", r) is None
+        assert over_budget("list_fleet_reports", names) is None
 
 
 @pytest.fixture

@@ -5,8 +5,12 @@ requests open until released."""
 from __future__ import annotations
 
 import http.server
+import importlib.util
+import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 
 @dataclass
@@ -146,3 +150,17 @@ def wait_for(pred, timeout: float = 60.0, every: float = 0.1):  # type: ignore[n
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
         time.sleep(every)
+
+
+def server_tests_module(name: str) -> ModuleType:
+    """A helper module of tests/server (e.g. budget_calls), loaded by path: pytest puts a test
+    folder on sys.path only once it collects a test there, and one file may run alone."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parents[1] / "server" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -10,14 +10,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import anyio
 import httpx
-from loopback import LiveLens, Receiver, Script, wait_for
+from loopback import LiveLens, Receiver, Script, server_tests_module, wait_for
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from test_windows_live import EXAMPLES, send_windows
 
 from server.core.alert_rules import parse_rules
 from server.core.settings import Settings
 
 SECRET = "alert-secret-0123456789abcdef"
+over_budget = server_tests_module("budget_calls").over_budget
 
 
 def rules_yaml(hook: str, slack: str) -> str:
@@ -48,6 +52,25 @@ def verified(body: bytes, headers: dict[str, str]) -> bool:
     ts = headers["x-lens-timestamp"]
     want = "v1=" + hmac.new(SECRET.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(want, headers["x-lens-signature"]) and abs(time.time() - int(ts)) < 300
+
+
+async def monitoring_answers_over_budget(url: str, alert_id: str) -> list[str]:
+    """The monitoring tools' answers on a job with two windows and its alerts, against the
+    documented budgets (docs/SERVER.md, tests/server/budget_calls.py)."""
+    job = {"job": "llama-run7"}
+    async with Client(streamable_http_client(url)) as c:
+        found = [
+            over_budget("list_jobs", await c.call_tool("list_jobs", {})),
+            over_budget("get_job", await c.call_tool("get_job", job)),
+            over_budget("get_window", await c.call_tool("get_window", {**job, "window": "w1"})),
+            over_budget(
+                "compare_windows",
+                await c.call_tool("compare_windows", {**job, "before": "w1", "after": "w2"}),
+            ),
+            over_budget("list_alerts", await c.call_tool("list_alerts", {})),
+            over_budget("get_alert", await c.call_tool("get_alert", {"alert_id": alert_id})),
+        ]
+    return [p for p in found if p]
 
 
 def test_one_alert_per_cause_signed_and_delivered_after_two_failures(tmp_path: Path) -> None:
@@ -91,6 +114,8 @@ def test_one_alert_per_cause_signed_and_delivered_after_two_failures(tmp_path: P
             time.sleep(1.0)
             assert httpx.get(f"{lens.url}/api/alerts").json()["total"] == len(causes)
             one = httpx.get(f"{lens.url}/api/alerts/{alerts['alerts'][0]['id']}").json()
+            problems = anyio.run(monitoring_answers_over_budget, f"{lens.url}/mcp", one["id"])
+            assert not problems, problems
     per_alert = Counter(r.headers["x-lens-alert-id"] for r in hook.requests)
     assert len(per_alert) == len(causes) and set(per_alert.values()) == {3}  # failed twice, then delivered
     delivered = [r for r, st in hook.answered if st == 200]

@@ -160,6 +160,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ADDR",
         help="with --executor ray: the cluster (host:port, ray://host:10001 or auto; default: a local Ray)",
     )
+    p.add_argument(
+        "--retention-days",
+        type=float,
+        default=None,
+        metavar="D",
+        help="delete traces stored more than D days ago, at start and hourly (default: keep all)",
+    )
     p.add_argument("--preload-sample", action="store_true", help="store the bundled ST sample trace at start")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_monitor_options(p)
@@ -272,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             ray_address=args.ray_address,
             fleet_dirs=tuple(Path(d).expanduser() for d in args.fleet_dir),
+            retention_days=args.retention_days,
         )
     except (SettingsError, RulesError) as exc:
         print(f"straggler-lens serve: error: {exc}", file=sys.stderr)
