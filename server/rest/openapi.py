@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from server.core.errors import ErrorBody
+from server.core.fleet_reports import FleetReportList, StoredFleetReport
 from server.core.jobs_api import AlertDetail, AlertList, Comparison, JobDetail, JobList, WindowDetail
 from server.core.models import DeleteResult, Health, TraceInfo, TraceList, UploadResult
 
@@ -235,6 +236,7 @@ def build_openapi(version: str, server_url: str = "/", vocabulary: Any = None) -
     paths.update(job_paths())
     schemas.update(_schemas(list(JOB_MODELS)))
     paths.update(fleet_paths())
+    schemas.update(_schemas(list(FLEET_MODELS)))
     return {
         "openapi": "3.1.0",
         "info": {"title": "Straggler Lens", "version": version},
@@ -309,6 +311,7 @@ def incident_paths(vocabulary: Any = None) -> dict[str, Any]:
 
 
 JOB_MODELS = (JobList, JobDetail, WindowDetail, Comparison, AlertList, AlertDetail)
+FLEET_MODELS = (FleetReportList, StoredFleetReport)
 
 
 def job_paths() -> dict[str, Any]:
@@ -396,11 +399,26 @@ def job_paths() -> dict[str, Any]:
 
 
 def fleet_paths() -> dict[str, Any]:
-    obj = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
+    """The stored fleet reports (``straggler-lens fleet`` output folders under ``--fleet-dir``)."""
+    unreadable = {"422": _json("ErrorBody", "the folder's report.json is not a fleet report")}
+    ambiguous = {"409": _json("ErrorBody", "no name given and several reports are stored")}
     return {
-        "/api/fleet": {"get": {"summary": "Stored fleet reports (name, folder, jobs)",
-                               "responses": {"200": obj, **ERRORS}}},
-        "/api/fleet/{name}": {"get": {"summary": "One stored fleet report",
-                                      "parameters": [_path("name", "report name (its folder's name)")],
-                                      "responses": {"200": obj, **ERRORS}}},
+        "/api/fleet": {
+            "get": {
+                "summary": "Stored fleet reports (name, folder, jobs)",
+                "responses": {"200": _json("FleetReportList", "ok"), **ERRORS},
+            }
+        },
+        "/api/fleet/{name}": {
+            "get": {
+                "summary": "One stored fleet report",
+                "parameters": [_path("name", "report name (its folder's name)", maxLength=200)],
+                "responses": {
+                    "200": _json("StoredFleetReport", "ok"),
+                    **ERRORS,
+                    **unreadable,
+                    **ambiguous,
+                },
+            }
+        },
     }
