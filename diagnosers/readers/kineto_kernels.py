@@ -358,17 +358,14 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     coll = coll[_step_of(f, f.ts[coll], extend=False) >= 0]
     enq = enq[_step_of(f, f.ts[enq], extend=False) >= 0]
     paired = len(enq) == len(coll) and len(enq) > 0
-    if paired:
-        # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
-        # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the
-        # segments, and the enqueue becomes a DP-synchronised node of its own on the thread
-        enclosing = np.zeros(len(f.name), dtype=bool)
-        cand = comp
-        for e in enq:
-            a, b = f.ts[e], f.ts[e] + f.dur[e]
-            inside = (f.tid[cand] == f.tid[e]) & (f.ts[cand] <= a) & (f.ts[cand] + f.dur[cand] >= b)
-            enclosing[cand[inside]] = True
-        comp = comp[~enclosing[comp]]
+    # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
+    # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the segments,
+    # and the enqueue becomes a DP-synchronised node of its own on the thread. Ops nested inside
+    # an enqueue or a collective (c10d's and gloo's own chunk / view / copy, on the calling or the
+    # worker thread) belong to that node, not to compute: left in, they would open the next
+    # segment before the thread blocks in work.wait() (FSDP2's unshard), so the wait for the
+    # peers would be counted as that segment's compute instead of ending the collective it needs
+    comp = comp[~_nested_in(f, comp, enq if paired else np.zeros(0, dtype=np.int64), coll)]
     c_launch = f.ts[enq] if paired else f.ts[coll]
     kinds = np.zeros(len(comp), dtype=np.int8)  # 0 compute, 1 enqueue, 2 collective
     ev_t = np.concatenate([f.ts[comp], f.ts[enq] if paired else np.zeros(0), c_launch])
@@ -421,6 +418,23 @@ def cpu_rank_steps(f: Any) -> RankSteps:
         _close(out.steps[s], cur, cur_names, s)
     _entries(f, out)
     return out
+
+
+def _nested_in(
+    f: Any, cand: npt.NDArray[np.int64], enq: npt.NDArray[np.int64], coll: npt.NDArray[np.int64],
+) -> npt.NDArray[np.bool_]:
+    """Per op of ``cand``: it encloses an enqueue of ``enq``, or lies inside an enqueue or a
+    collective of ``coll``, on the same thread (one pass per communication op: a few per step)."""
+    off = np.zeros(len(cand), dtype=bool)
+    c0, c1, tid = f.ts[cand], f.ts[cand] + f.dur[cand], f.tid[cand]
+    for ops, enclose in ((enq, True), (coll, False)):
+        for e in ops:
+            a, b = f.ts[e], f.ts[e] + f.dur[e]
+            hit = (c0 >= a) & (c1 <= b)
+            if enclose:
+                hit |= (c0 <= a) & (c1 >= b)
+            off |= hit & (tid == f.tid[e])
+    return off
 
 
 def _structure(items: list[Item]) -> list[tuple[bool, int, str]]:

@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diagnosers.diagnose import diagnose
@@ -195,3 +196,35 @@ def test_real_nccl_trace_collectives_grouped_by_their_process_group_name() -> No
     assert rs is not None
     colls = [it for items in rs.steps for it in items if it.coll]
     assert colls and {it.group for it in colls} == {"pg 0"} and all(it.seq is None for it in colls)
+
+
+def test_real_ddp_recording_slow_rank_found_without_span_names() -> None:
+    truth = json.loads((PLAIN / "ddp-slow-2rank" / "injections.json").read_text())
+    trace = load_trace([PLAIN / "ddp-slow-2rank" / "traces"])
+    top = diagnose(trace, analyze(trace)).causes[0]
+    assert top.id.value == "faulty-machine" and list(top.location.ranks) == [truth["slow_rank"]]
+
+
+def test_fsdp2_wait_for_the_unshard_is_not_the_waiting_ranks_compute() -> None:
+    # rank 1 sleeps 30 ms inside every forward; rank 0 blocks in work.wait() for the next layer's
+    # all-gather meanwhile. gloo's own ops inside the collective (on its worker thread) must not
+    # open rank 0's next segment, or that wait would be counted as rank 0's compute
+    from diagnosers.model import OPTYPES
+
+    trace = load_trace([PLAIN / "fsdp-slow-2rank" / "traces"])
+    ops = trace.ops
+    fwd = np.array([OPTYPES[o] == "forward-compute" for o in ops.optype])
+    longest = {r: [float(ops.duration[fwd & (ops.rank == r) & (ops.step == s)].max())
+                   for s in sorted(set(ops.step.tolist()))] for r in (0, 1)}
+    assert all(d >= 0.025 for d in longest[1])
+    assert sum(d < 0.020 for d in longest[0]) >= len(longest[0]) - 1
+
+
+def test_real_fsdp2_recording_gc_pause_found_without_span_names() -> None:
+    truth = json.loads((PLAIN / "fsdp-gc-2rank" / "injections.json").read_text())
+    trace = load_trace([PLAIN / "fsdp-gc-2rank" / "traces"])
+    assert any("enqueue c10d::_allgather_base_ x12" in n for n in trace.notes)
+    report = analyze(trace)
+    top = diagnose(trace, report).causes[0]
+    assert top.id.value == "gc-pause" and list(top.location.ranks) == [truth["gc_rank"]]
+    assert abs(report.simulation_error) <= 0.05
