@@ -168,6 +168,7 @@ RPC_NAME = "record_param_comms"
 
 def _coll_ids(
     f: Any, args: dict[str, Any], ext: float, kind: str, stream: Any, rpc: dict[float, dict[str, Any]],
+    ext_all: npt.NDArray[np.float64],
 ) -> tuple[str, int | None]:
     """(group, sequence number) of one collective kernel.
 
@@ -179,7 +180,7 @@ def _coll_ids(
     rec = args
     if ("Seq" not in args and "seq" not in args) or "Process Group Name" not in args:
         if not rpc and ext == ext:
-            _rpc_index(f, rpc)
+            _rpc_index(f, ext_all, rpc)
         rec = {**rpc.get(ext, {}), **args}
     pg = rec.get("Process Group Name")
     group = f"pg {pg}" if pg is not None else f"stream {stream}"
@@ -189,12 +190,12 @@ def _coll_ids(
     return group, (int(seq) if isinstance(seq, int | float) and seq == seq else None)
 
 
-def _rpc_index(f: Any, rpc: dict[float, dict[str, Any]]) -> None:
-    """``External id`` -> args of the file's ``record_param_comms`` CPU ops (built once per file)."""
-    from diagnosers.readers.kineto import _name_mask, key_columns
+def _rpc_index(f: Any, ext: npt.NDArray[np.float64], rpc: dict[float, dict[str, Any]]) -> None:
+    """``External id`` -> args of the file's ``record_param_comms`` CPU ops (built once per file;
+    ``ext`` is the file's External id column)."""
+    from diagnosers.readers.kineto import _name_mask
 
     idx = np.flatnonzero((f.cat == "cpu_op") & _name_mask(f, lambda x: x == RPC_NAME))
-    _, ext = key_columns(f.args)
     for i in idx:
         if ext[i] == ext[i]:
             rpc[float(ext[i])] = f.args[i]
@@ -279,7 +280,7 @@ def gpu_rank_steps(f: Any) -> RankSteps | None:
             args = f.args[i]
             kind = _coll_kind(str(f.name[i]), args)
             stream = args.get("stream", f.tid[i])
-            group, seq = _coll_ids(f, args, float(launch_ext[a]), kind, stream, rpc)
+            group, seq = _coll_ids(f, args, float(launch_ext[a]), kind, stream, rpc, ext_all)
             out.steps[s].append(Item(True, int(phase[a]), float(t_launch[a]), float(t_launch[a]),
                                      float(t0[a]), float(t1[a]), busy=float(t1[a] - t0[a]),
                                      key=_coll_key(kind, args), stream=stream, kind=kind,
