@@ -228,3 +228,27 @@ def test_real_fsdp2_recording_gc_pause_found_without_span_names() -> None:
     top = diagnose(trace, report).causes[0]
     assert top.id.value == "gc-pause" and list(top.location.ranks) == [truth["gc_rank"]]
     assert abs(report.simulation_error) <= 0.05
+
+
+@pytest.mark.parametrize("odd", [None, '{"correlation": "7"}', '{"External id": true}', "[1, 2]", '"x"'])
+def test_key_columns_match_a_per_event_oracle(odd: str | None) -> None:
+    import msgspec
+
+    from diagnosers.readers.kineto import LazyArgs, key_columns
+
+    raws = ['{"correlation": 5, "External id": 9}', '{"correlation": 1.5}', "null", "{}",
+            '{"External id": 12345678901, "x": {"correlation": 3}}', '{"correlation": -2}']
+    if odd is not None:
+        raws.insert(2, odd)
+
+    def oracle(key: str) -> list[float]:
+        out = []
+        for r in raws:
+            v = json.loads(r)
+            x = v.get(key) if isinstance(v, dict) else None
+            out.append(float(x) if type(x) in (int, float) else float("nan"))
+        return out
+
+    corr, ext = key_columns(LazyArgs([msgspec.Raw(r.encode()) for r in raws]))
+    assert np.array_equal(corr, oracle("correlation"), equal_nan=True)
+    assert np.array_equal(ext, oracle("External id"), equal_nan=True)
