@@ -252,3 +252,19 @@ def test_key_columns_match_a_per_event_oracle(odd: str | None) -> None:
     corr, ext = key_columns(LazyArgs([msgspec.Raw(r.encode()) for r in raws]))
     assert np.array_equal(corr, oracle("correlation"), equal_nan=True)
     assert np.array_equal(ext, oracle("External id"), equal_nan=True)
+
+
+def test_fsdp2_recording_forward_waits_for_each_unshard_all_gather() -> None:
+    # FSDP2 on CPU unshards each layer before its forward (work.wait() on the all-gather): the
+    # segment after each forward all-gather consumes it; nothing else of the structure is assumed
+    from diagnosers.model import OPTYPES
+
+    g = load_trace([PLAIN / "fsdp-slow-2rank" / "traces"]).graph
+    assert g is not None
+    names = [OPTYPES[o] for o, _ in g.nodes]
+    gathers = [v for v, c in enumerate(g.collective)
+               if c and names[v] == "params-all-gather" and "gloo:all_gather" in g.pool[v]]
+    assert len(gathers) == 6
+    for v in gathers:
+        nxt = next(u for u in range(v + 1, len(names)) if not g.collective[u])
+        assert v in g.deps[nxt]
