@@ -158,14 +158,35 @@ class _KeyArgs(msgspec.Struct, gc=False):
 _KEY_DECODER = msgspec.json.Decoder(list[_KeyArgs | None])
 
 
+class _NumKeyArgs(msgspec.Struct, gc=False):
+    """The same two keys typed as numbers (NaN where absent): the decoder converts them itself."""
+
+    correlation: float = float("nan")
+    external: float = msgspec.field(default=float("nan"), name="External id")
+
+
+_NUM_KEY_DECODER = msgspec.json.Decoder(list[_NumKeyArgs | None])
+_NO_KEYS = _NumKeyArgs()
+
+
 def key_columns(args: LazyArgs) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per event: ``args.correlation`` and ``args["External id"]`` (NaN where absent), from one
-    batched decode of every event's raw ``args`` (no dict per event)."""
+    batched decode of every event's raw ``args`` (no dict per event). Numbers decode typed; a
+    trace with a non-numeric value there (or an ``args`` that is not an object) takes the
+    untyped decode, where such values count as absent."""
     raw = args._raw
     if not raw:
         return np.zeros(0), np.zeros(0)
+    joined = b"[" + b",".join(raw) + b"]"
     try:
-        got = _KEY_DECODER.decode(b"[" + b",".join(raw) + b"]")
+        typed = [a or _NO_KEYS for a in _NUM_KEY_DECODER.decode(joined)]
+        n = len(typed)
+        return (np.fromiter(map(operator.attrgetter("correlation"), typed), np.float64, n),
+                np.fromiter(map(operator.attrgetter("external"), typed), np.float64, n))
+    except msgspec.ValidationError:
+        pass
+    try:
+        got = _KEY_DECODER.decode(joined)
     except msgspec.ValidationError:  # an args that is not an object: fall back per event
         got = [_KeyArgs(a.get("correlation"), a.get("External id"))
                for a in (args[i] for i in range(len(raw)))]

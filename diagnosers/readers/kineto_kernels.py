@@ -12,8 +12,10 @@ jobs). Per rank and profiled step (``ProfilerStep#N``) the trace is read as an o
 - a **collective**: one NCCL kernel of either naming era (``ncclKernel_*`` <= 2.18,
   ``ncclDevKernel_*`` >= 2.19, ``ncclSymk*``), typed by ``Collective name`` when recorded and by
   the kernel name otherwise, keyed by ``Process Group Name`` and message size where recorded.
-  Collectives are matched across ranks by their position in the per-rank list, i.e. per-group
-  order and kind (the structure must agree on every rank and step, checked).
+  Collectives are matched across ranks by (process group, ``Seq``) where the trace records c10d's
+  sequence numbers (on the kernel or its ``record_param_comms`` op), otherwise by their order
+  within their group (process group, or stream when none is recorded); the item structure must
+  then agree on every rank and step (checked).
 
 CPU / gloo traces (no GPU activity) use the same model: compute segments are runs of CPU ops,
 collectives are the ``gloo:*`` / ``nccl:*`` annotations (launched at their ``c10d::*`` enqueue op).
@@ -95,6 +97,8 @@ class Item:
     consumes: bool = False  # a consuming stream wait / sync precedes its first launch
     kind: str = ""
     key_fn: Callable[[], str] | None = None  # computes ``key`` when needed (template items only)
+    group: str = ""  # collectives: the process group (``Process Group Name``), else its stream / lane
+    seq: int | None = None  # collectives: c10d's sequence number in its group, where recorded
 
 
 @dataclass
@@ -156,6 +160,46 @@ def _coll_kind(name: str, args: dict[str, Any]) -> str:
         m = KERNEL_OP_RE.search(name)
         op = m.group(1) if m else name.split("(")[0][:NAME_CHARS]
     return str(op)
+
+
+P2P_KINDS = frozenset({"send", "recv", "SendRecv", "Send", "Recv"})
+RPC_NAME = "record_param_comms"
+
+
+def _coll_ids(
+    f: Any, args: dict[str, Any], ext: float, kind: str, stream: Any, rpc: dict[float, dict[str, Any]],
+    ext_all: npt.NDArray[np.float64],
+) -> tuple[str, int | None]:
+    """(group, sequence number) of one collective kernel.
+
+    The process group is the kernel's ``Process Group Name`` or that of the ``record_param_comms``
+    CPU op it was launched from (same ``External id``); without one, the kernel's stream stands for
+    its group (each NCCL communicator has its own stream). The sequence number is ``Seq`` (or
+    ``seq``) on either record, None where neither has one (older torch, gloo). Point-to-point ops
+    count in a sequence of their own, so their group key is marked ``p2p``."""
+    rec = args
+    if ("Seq" not in args and "seq" not in args) or "Process Group Name" not in args:
+        if not rpc and ext == ext:
+            _rpc_index(f, ext_all, rpc)
+        rec = {**rpc.get(ext, {}), **args}
+    pg = rec.get("Process Group Name")
+    group = f"pg {pg}" if pg is not None else f"stream {stream}"
+    if kind in P2P_KINDS:
+        group += " p2p"
+    seq = rec.get("Seq", rec.get("seq"))
+    return group, (int(seq) if isinstance(seq, int | float) and seq == seq else None)
+
+
+def _rpc_index(f: Any, ext: npt.NDArray[np.float64], rpc: dict[float, dict[str, Any]]) -> None:
+    """``External id`` -> args of the file's ``record_param_comms`` CPU ops (built once per file;
+    ``ext`` is the file's External id column)."""
+    from diagnosers.readers.kineto import _name_mask
+
+    idx = np.flatnonzero((f.cat == "cpu_op") & _name_mask(f, lambda x: x == RPC_NAME))
+    for i in idx:
+        if ext[i] == ext[i]:
+            rpc[float(ext[i])] = f.args[i]
+    rpc.setdefault(float("nan"), {})  # marks the index as built
 
 
 def _coll_key(kind: str, args: dict[str, Any]) -> str:
@@ -228,16 +272,19 @@ def gpu_rank_steps(f: Any) -> RankSteps | None:
     cpu_ops = np.flatnonzero((f.cat == "cpu_op") & ~np.isnan(ext_all))
     out = RankSteps(f.rank, [[] for _ in range(n_steps)])
     op_names: dict[float, str] = {}
+    rpc: dict[float, dict[str, Any]] = {}
     for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
         s = int(step[a])
         if is_comm[a]:
             i = gpu[a]
             args = f.args[i]
             kind = _coll_kind(str(f.name[i]), args)
+            stream = args.get("stream", f.tid[i])
+            group, seq = _coll_ids(f, args, float(launch_ext[a]), kind, stream, rpc, ext_all)
             out.steps[s].append(Item(True, int(phase[a]), float(t_launch[a]), float(t_launch[a]),
                                      float(t0[a]), float(t1[a]), busy=float(t1[a] - t0[a]),
-                                     key=_coll_key(kind, args), stream=args.get("stream", f.tid[i]),
-                                     kind=kind))
+                                     key=_coll_key(kind, args), stream=stream, kind=kind,
+                                     group=group, seq=seq))
             continue
         item = Item(False, int(phase[a]), float(t_launch[a]), float(t_launch[b - 1]), float(seg_t0[k]),
                     float(seg_t1[k]), busy=float(busy[k]), consumes=bool(consumed[a]))
@@ -312,17 +359,14 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     coll = coll[_step_of(f, f.ts[coll], extend=False) >= 0]
     enq = enq[_step_of(f, f.ts[enq], extend=False) >= 0]
     paired = len(enq) == len(coll) and len(enq) > 0
-    if paired:
-        # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
-        # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the
-        # segments, and the enqueue becomes a DP-synchronised node of its own on the thread
-        enclosing = np.zeros(len(f.name), dtype=bool)
-        cand = comp
-        for e in enq:
-            a, b = f.ts[e], f.ts[e] + f.dur[e]
-            inside = (f.tid[cand] == f.tid[e]) & (f.ts[cand] <= a) & (f.ts[cand] + f.dur[cand] >= b)
-            enclosing[cand[inside]] = True
-        comp = comp[~enclosing[comp]]
+    # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
+    # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the segments,
+    # and the enqueue becomes a DP-synchronised node of its own on the thread. Ops nested inside
+    # an enqueue or a collective (c10d's and gloo's own chunk / view / copy, on the calling or the
+    # worker thread) belong to that node, not to compute: left in, they would open the next
+    # segment before the thread blocks in work.wait() (FSDP2's unshard), so the wait for the
+    # peers would be counted as that segment's compute instead of ending the collective it needs
+    comp = comp[~_nested_in(f, comp, enq if paired else np.zeros(0, dtype=np.int64), coll)]
     c_launch = f.ts[enq] if paired else f.ts[coll]
     kinds = np.zeros(len(comp), dtype=np.int8)  # 0 compute, 1 enqueue, 2 collective
     ev_t = np.concatenate([f.ts[comp], f.ts[enq] if paired else np.zeros(0), c_launch])
@@ -349,8 +393,11 @@ def cpu_rank_steps(f: Any) -> RankSteps:
             kind = str(f.name[i])
             if ev_k[j] == 1:
                 kind = "enqueue " + kind
+            # gloo records neither group nor sequence number (torch 2.13): the enqueues and the
+            # worker-thread collectives each form one group, matched by order
             items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=kind,
-                              stream=("enqueue", f.tid[i]) if ev_k[j] == 1 else f.tid[i], kind=kind))
+                              stream=("enqueue", f.tid[i]) if ev_k[j] == 1 else f.tid[i], kind=kind,
+                              group="cpu enqueue" if ev_k[j] == 1 else "cpu collective"))
             continue
         seg = cur.get(s)
         if seg is not None and seg.phase != ph:
@@ -374,8 +421,103 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     return out
 
 
+def _nested_in(
+    f: Any, cand: npt.NDArray[np.int64], enq: npt.NDArray[np.int64], coll: npt.NDArray[np.int64],
+) -> npt.NDArray[np.bool_]:
+    """Per op of ``cand``: it encloses an enqueue of ``enq``, or lies inside an enqueue or a
+    collective of ``coll``, on the same thread (one pass per communication op: a few per step)."""
+    off = np.zeros(len(cand), dtype=bool)
+    c0, c1, tid = f.ts[cand], f.ts[cand] + f.dur[cand], f.tid[cand]
+    for ops, enclose in ((enq, True), (coll, False)):
+        for e in ops:
+            a, b = f.ts[e], f.ts[e] + f.dur[e]
+            hit = (c0 >= a) & (c1 <= b)
+            if enclose:
+                hit |= (c0 <= a) & (c1 >= b)
+            off |= hit & (tid == f.tid[e])
+    return off
+
+
 def _structure(items: list[Item]) -> list[tuple[bool, int, str]]:
     return [(it.coll, it.phase, it.kind) for it in items]
+
+
+CollId = tuple[str, int]  # (group, sequence number or per-group ordinal)
+
+
+def _coll_ids_of(items: list[Item], by_seq: bool) -> list[CollId]:
+    """Identity of each collective of one rank-step: (group, ``Seq``) when recorded, else (group,
+    its ordinal among the step's collectives of that group, in launch order)."""
+    seen: Counter[str] = Counter()
+    out: list[CollId] = []
+    for it in items:
+        if it.coll:
+            if by_seq and it.seq is not None:
+                out.append((it.group, it.seq))
+            else:
+                out.append((it.group, seen[it.group]))
+            seen[it.group] += 1
+    return out
+
+
+def _align_collectives(
+    cells: list[tuple[int, int, list[Item]]],
+) -> tuple[list[tuple[int, int, list[Item]]], str]:
+    """Match collectives across ranks by identity, not by position, and say how.
+
+    With sequence numbers on every collective (``Seq`` of c10d, per process group), a collective is
+    (process group, Seq): every rank of a step must hold the same set, else ``TraceError`` names the
+    rank, step and the first (group, Seq) it lacks or adds. Across steps a collective is its
+    ordinal among its group's sequence numbers. Without them (older torch, gloo), it is (group,
+    ordinal in launch order within the group), the group being the process group or the stream.
+    Each cell's collective slots are then refilled in the first cell's identity order, so ranks
+    that launched two groups' collectives in a different order still pair the same operations;
+    the compute segments keep their places (the structure check that follows compares them)."""
+    by_seq = all(it.seq is not None for _, _, items in cells for it in items if it.coll)
+    if by_seq:
+        per_step: dict[int, tuple[int, set[CollId]]] = {}
+        for rank, sid, items in cells:
+            got = set(_coll_ids_of(items, True))
+            if sid not in per_step:
+                per_step[sid] = (rank, got)
+                continue
+            r0, first = per_step[sid]
+            if got != first:
+                extra = sorted(got - first)
+                miss = sorted(first - got)
+                g, q = (miss or extra)[0]
+                raise TraceError(
+                    f"collective {g} Seq {q} is on rank {r0 if miss else rank} but not on rank "
+                    f"{rank if miss else r0} in the same step ({len(miss)} missing, {len(extra)} "
+                    "extra): the ranks did not run the same collectives in this profiled step",
+                    rank=rank, step=sid, op=g)
+    ordinal: list[list[CollId]] = []
+    for _, _, items in cells:
+        ids = _coll_ids_of(items, by_seq)
+        if by_seq:  # Seq -> its rank among the group's numbers in this step (same on every rank)
+            per_group: dict[str, list[int]] = {}
+            for g, q in ids:
+                per_group.setdefault(g, []).append(q)
+            pos = {g: {q: k for k, q in enumerate(sorted(qs))} for g, qs in per_group.items()}
+            ids = [(g, pos[g][q]) for g, q in ids]
+        ordinal.append(ids)
+    ref_ids = ordinal[0]
+    reordered = 0
+    out: list[tuple[int, int, list[Item]]] = []
+    for (rank, sid, items), ids in zip(cells, ordinal, strict=True):
+        if ids == ref_ids or sorted(ids) != sorted(ref_ids):
+            out.append((rank, sid, items))  # same order, or a different set (the structure check says where)
+            continue
+        coll_of = {cid: it for cid, it in zip(ids, (it for it in items if it.coll), strict=True)}
+        queue = iter(coll_of[cid] for cid in ref_ids)
+        out.append((rank, sid, [next(queue) if it.coll else it for it in items]))
+        reordered += 1
+    how = ("by (process group, sequence number)" if by_seq
+           else "by per-group order (process group or stream; no sequence numbers recorded)")
+    if reordered:
+        how += f"; {reordered} of {len(cells)} rank-steps launched them in another order than rank " \
+               f"{cells[0][0]} step {cells[0][1]}"
+    return out, how
 
 
 def _graph_edges(
@@ -428,6 +570,7 @@ def build(
                 entry[(rs.rank, sid)] = rs.entry[si] if si < len(rs.entry) else items[0].start
     if not cells:
         raise TraceError("no GPU kernels or CPU ops inside the profiled steps")
+    cells, matched_by = _align_collectives(cells)
     ref_rank, ref_step, ref = cells[0]
     ref_struct = _structure(ref)
     if not ref:
@@ -491,7 +634,7 @@ def build(
     notes = [
         f"kernel-level model: {len(ref) - n_coll} compute segments and {n_coll} collectives per rank "
         "and step (" + (", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())) or "no collectives")
-        + "), matched across ranks by per-rank order; collectives overlap compute where the trace "
+        + f"), matched across ranks {matched_by}; collectives overlap compute where the trace "
         f"shows it ({sum(len(c) for c in consumed)} consuming waits)",
         f"host-bound share of compute segments: {host_idle / seg_time:.0%} of their time the device "
         "waited for the CPU to launch work (CPU launch gaps via correlation ids)" if seg_time > 0

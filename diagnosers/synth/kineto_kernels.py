@@ -5,8 +5,10 @@ job and writes what ``torch.profiler`` would: per rank a Chrome-trace JSON with 
 a dataloader op, forward ``cpu_op``s on the main thread and ``autograd::engine`` ops on the
 autograd thread, ``cudaLaunchKernel`` runtime events joined to GPU kernels by ``correlation``,
 ``cudaStreamWaitEvent`` where a stream waits for another, NCCL kernels on a comm stream (old
-``ncclKernel_*`` or new ``ncclDevKernel_*`` names, with ``Collective name`` / ``Process Group
-Name`` args in the new era), ``Optimizer.step#SGD.step`` and a closing ``cudaDeviceSynchronize``.
+``ncclKernel_*`` or new ``ncclDevKernel_*`` names; in the new era with ``Collective name`` /
+``Process Group Name`` args, launched from a ``record_param_comms`` op carrying c10d's ``Seq``),
+``Optimizer.step#SGD.step`` and a closing ``cudaDeviceSynchronize``. With ``second_group`` a
+second process group on its own stream, whose collectives odd ranks launch in another order.
 
 Execution model (the truth the reader must recover), vectorised over ranks:
 
@@ -65,6 +67,10 @@ class KernelJobSpec:
     slow: float = 1.6
     pause_ms: float = 30.0
     seed: int = 0
+    # a second process group on its own comm stream (HSDP's replicate group, say): after every
+    # bucket all-reduce (DDP) or reduce-scatter (FSDP) a small all-reduce on group "1", which the
+    # odd ranks launch first, so per-rank position does not pair the same collectives
+    second_group: bool = False
 
 
 class _Clock:
@@ -74,6 +80,7 @@ class _Clock:
         self.cpu = np.zeros(n)
         self.comp = np.zeros(n)
         self.comm = np.zeros(n)
+        self.comm2 = np.zeros(n)
 
 
 class _Rank:
@@ -102,7 +109,10 @@ def generate(spec: KernelJobSpec, out: Path) -> dict[str, Any]:
     """Write one trace per rank into ``out`` plus ``labels.json``; return the labels."""
     rng = np.random.default_rng(spec.seed)
     n = spec.ranks
-    MAIN, AUTOGRAD, COMPUTE, COMM = 100, 101, 7, 20
+    MAIN, AUTOGRAD, COMPUTE, COMM, COMM2 = 100, 101, 7, 20, 21
+    pg_stream = {"0": COMM, "1": COMM2}
+    seq = {"0": 0, "1": 0}  # c10d's per-group sequence numbers (the same on every rank)
+    swap = np.arange(n) % 2 == 1
     ranks = [_Rank(r, 1000 + r) for r in range(n)]
     slow = np.ones(n)
     if spec.scenario == "slow-rank":
@@ -125,6 +135,7 @@ def generate(spec: KernelJobSpec, out: Path) -> dict[str, Any]:
         clk.cpu = t_step.copy()
         clk.comp = t_step.copy()
         clk.comm = t_step.copy()
+        clk.comm2 = t_step.copy()
         step_start = t_step.copy()
         sid = step + 2
         # dataloader
@@ -170,27 +181,61 @@ def generate(spec: KernelJobSpec, out: Path) -> dict[str, Any]:
                                    correlation=R.corr))
             clk.cpu = clk.cpu + 2
 
-        def collective(tid: int, kind: str, ready: np.ndarray, nbytes: int) -> np.ndarray:
-            wait_event(tid)  # the comm stream waits for the compute stream
-            start = np.maximum(np.maximum(clk.cpu + LATENCY_US + spec.cpu_us, clk.comm), ready)
-            end_all = start.max() + spec.transfer_us * (1 + 0.02 * rng.standard_normal())
+        def collective(tid: int, kind: str, ready: np.ndarray, nbytes: int, pg: str = "0",
+                       at: np.ndarray | None = None) -> np.ndarray:
+            """One collective on every rank, launched at ``at`` (default: now, after the comm
+            stream waited for the compute stream); returns its end."""
+            advance = at is None
+            if at is None:
+                wait_event(tid)  # the comm stream waits for the compute stream
+                at = clk.cpu + spec.cpu_us
+            stream = pg_stream[pg]
+            free = clk.comm if stream == COMM else clk.comm2
+            start = np.maximum(np.maximum(at + LATENCY_US, free), ready)
+            scale = 1.0 if pg == "0" else 0.25
+            end_all = start.max() + scale * spec.transfer_us * (1 + 0.02 * rng.standard_normal())
             dur = end_all - start
             args_new: dict[str, Any] = {}
+            rpc_args: dict[str, Any] = {}
             if spec.era == "new":
-                args_new = {"Collective name": kind, "Process Group Name": "0", "In msg nelems": nbytes // 4,
+                # as torch records it: the collective's description on the kernel, c10d's sequence
+                # number on the record_param_comms op the kernel was launched from
+                args_new = {"Collective name": kind, "Process Group Name": pg, "In msg nelems": nbytes // 4,
                             "Out msg nelems": nbytes // 4, "dtype": "Float", "Group size": n}
+                rpc_args = {**args_new, "Seq": seq[pg]}
+            seq[pg] += 1
             name = _nccl_name(kind, spec.era)
             for r in range(n):
                 R = ranks[r]
                 R.corr += 1
+                ext = R.corr + 500000
+                if rpc_args:
+                    R.events.append(_x("record_param_comms", "cpu_op", R.pid, tid, at[r] - 3, 12.0,
+                                       **{**rpc_args, "External id": ext}))
                 R.events.append(_x("cudaLaunchKernel", "cuda_runtime", R.pid, tid,
-                                   clk.cpu[r] + spec.cpu_us, 6.0, correlation=R.corr))
-                R.events.append(_x(name, "kernel", R.pid, COMM, start[r], dur[r], correlation=R.corr,
-                                   stream=COMM, device=0, **args_new))
-            advance = spec.cpu_us + 8
-            clk.cpu[:] = clk.cpu + advance
-            clk.comm[:] = end_all
+                                   at[r], 6.0, correlation=R.corr, **{"External id": ext}))
+                R.events.append(_x(name, "kernel", R.pid, stream, start[r], dur[r], correlation=R.corr,
+                                   stream=stream, device=0, **{**args_new, "External id": ext}))
+            if advance:
+                clk.cpu[:] = clk.cpu + spec.cpu_us + 8
+            if stream == COMM:
+                clk.comm[:] = end_all
+            else:
+                clk.comm2[:] = end_all
             return np.full(n, end_all)
+
+        def with_second_group(tid: int, kind: str, ready: np.ndarray, nbytes: int) -> list[np.ndarray]:
+            """The collective on group "0" and, with ``second_group``, a small all-reduce on group
+            "1" launched just before it on odd ranks and just after it on even ones."""
+            if not spec.second_group:
+                return [collective(tid, kind, ready, nbytes)]
+            wait_event(tid)
+            a1 = clk.cpu + spec.cpu_us
+            a2 = a1 + spec.cpu_us + 8
+            e0 = collective(tid, kind, ready, nbytes, "0", np.where(swap, a2, a1))
+            e1 = collective(tid, "allreduce", ready, 1 << 16, "1", np.where(swap, a1, a2))
+            clk.cpu[:] = a2 + 8
+            return [e0, e1]
 
         # forward
         fwd_start = clk.cpu.copy()
@@ -232,9 +277,9 @@ def generate(spec: KernelJobSpec, out: Path) -> dict[str, Any]:
                 R.events.append(_x("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", R.pid,
                                    AUTOGRAD, b0[r], clk.cpu[r] - b0[r]))
             if spec.mode == "ddp" and (spec.layers - layer) % spec.bucket_layers == 0:
-                colls.append(collective(AUTOGRAD, "allreduce", clk.comp, 4 << 20))
+                colls.extend(with_second_group(AUTOGRAD, "allreduce", clk.comp, 4 << 20))
             if spec.mode == "fsdp":
-                colls.append(collective(AUTOGRAD, "_reduce_scatter_base", clk.comp, 1 << 20))
+                colls.extend(with_second_group(AUTOGRAD, "_reduce_scatter_base", clk.comp, 1 << 20))
         # optimizer waits for every collective
         o0 = clk.cpu.copy()
         wait_event(MAIN)

@@ -1,0 +1,58 @@
+"""Kernel-level model accuracy on the real plain DDP / FSDP2 recordings (``examples/ddp_train.py``).
+
+``tests/data/kineto_plain`` is the tuning part, ``tests/data/kineto_plain_heldout`` (``--heldout``)
+the held-out part, stored before tuning and run once. Per recording: the truth from its
+``injections.json``, the top cause and its ranks, the slowdown and the simulation error; then the
+share found (cause and rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from diagnosers.diagnose import diagnose
+from diagnosers.readers import load_trace
+from diagnosers.whatif import analyze
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+
+
+def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
+    """(cause id, ranks) the injection should be diagnosed as."""
+    for key, cause in (("slow_rank", "faulty-machine"), ("gc_rank", "gc-pause"),
+                       ("stall_rank", "dataloader-stall")):
+        r = inj.get(key, -1)
+        if isinstance(r, int) and r >= 0:
+            return cause, [r]
+    return "none", []
+
+
+def run(root: Path) -> None:
+    hits = total = 0
+    for folder in sorted(p for p in root.iterdir() if (p / "injections.json").exists()):
+        want = truth(json.loads((folder / "injections.json").read_text()))
+        trace = load_trace([folder / "traces"])
+        report = analyze(trace)
+        dg = diagnose(trace, report)
+        top = dg.causes[0] if dg.causes else None
+        got = (top.id.value, list(top.location.ranks)) if top else ("none", [])
+        ok = got == want
+        hits += ok
+        total += 1
+        print(f"{folder.name:22s} truth {want[0]:16s} {want[1]!s:5s} got {got[0]:18s} {got[1]!s:7s} "
+              f"{'ok  ' if ok else 'MISS'} S {report.slowdown:.3f} sim.err {report.simulation_error:+.1%}"
+              + (f" conf {top.confidence:.2f}" if top else ""))
+    print(f"cause+rank found: {hits}/{total}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--heldout", action="store_true", help="run the held-out recordings instead")
+    args = ap.parse_args()
+    run(DATA / ("kineto_plain_heldout" if args.heldout else "kineto_plain"))
+
+
+if __name__ == "__main__":
+    main()
