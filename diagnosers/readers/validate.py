@@ -236,8 +236,11 @@ def check_int_array(name: str, arr: npt.NDArray[Any], where: Any) -> None:
     if arr.dtype.kind == "b":
         raise TraceError(f"column {name!r} holds booleans (true/false), not numbers", **where(0))
     if arr.dtype.kind in "iuf" and len(arr):
+        limit = INT32_MAX if name in _INT32 else 2**62
+        if arr.dtype.kind in "iu" and not _int_extremes_reach(arr, limit):
+            return  # the usual case, without a float copy of the column
         with np.errstate(invalid="ignore"):
-            big = np.abs(arr.astype(np.float64)) >= (INT32_MAX if name in _INT32 else 2**62)
+            big = np.abs(arr.astype(np.float64)) >= limit
         if big.any():
             i = int(np.argmax(big))
             value = short(arr[i].item())
@@ -250,6 +253,16 @@ def check_int_array(name: str, arr: npt.NDArray[Any], where: Any) -> None:
 
 
 _INT32 = frozenset({"dp_rank", "stage", "seq_id", "mc", "gmc", "mb_id"})
+
+
+def _int_extremes_reach(arr: npt.NDArray[Any], limit: int) -> bool:
+    """Whether any value of the integer array ``arr`` has ``|float(v)| >= limit``. ``float`` is
+    monotonic, so only the minimum and the maximum need the test; a column too narrow to hold
+    ``limit`` cannot reach it at all."""
+    info = np.iinfo(arr.dtype)
+    if max(abs(float(info.min)), float(info.max)) < limit:
+        return False
+    return max(abs(float(arr.min())), abs(float(arr.max()))) >= limit
 
 
 def check_times(start: npt.NDArray[np.float64], dur: npt.NDArray[np.float64], where: Any) -> None:
@@ -382,6 +395,30 @@ def pipeline_problem(trace: Any) -> str | None:
     return None
 
 
+def _once(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int) -> bool:
+    """Whether each key in ``[0, space)`` occurs at most once in ``a`` and at most once in ``b``."""
+    return bool(np.bincount(a, minlength=space).max() <= 1 and np.bincount(b, minlength=space).max() <= 1)
+
+
+def _common_keys(
+    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The pairs ``(i_a, i_b)`` with ``a[i_a] == b[i_b]``, one per common key (the pairs of
+    ``np.intersect1d(..., return_indices=True)``, in no particular order). Keys in ``[0, space)``
+    with a space not much larger than the arrays, each key at most once per array (one send and one
+    recv per (step, worker, seq id): the reader refuses duplicate seq ids), take one lookup table
+    instead of sorting both arrays; anything else takes ``intersect1d``."""
+    small = space <= 4 * (len(a) + len(b)) + 1024
+    if small and len(a) and len(b) and min(int(a.min()), int(b.min())) >= 0 and _once(a, b, space):
+        table = np.full(space, -1, dtype=np.int64)
+        table[a] = np.arange(len(a))
+        hit = table[b]
+        i_b = np.flatnonzero(hit >= 0)
+        return hit[i_b], i_b
+    _, i_a, i_b = np.intersect1d(a, b, assume_unique=False, return_indices=True)
+    return i_a, i_b
+
+
 def causality_note(trace: Any) -> str | None:
     """A note when every matched P2P pair runs backwards in time: each recv ends before its send
     starts. A send on stage s and a recv on its neighbour are matched by (step, dp rank, seq id).
@@ -390,8 +427,15 @@ def causality_note(trace: Any) -> str | None:
     ops, pp = trace.ops, trace.meta.pp
     if pp < 2 or len(ops.optype) == 0:
         return None
-    code = ops.optype.astype(np.int64)
-    steps = np.unique(ops.step, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    code = ops.optype
+    # a step's index among the steps: its offset from the first when the ids are dense enough
+    # (no sort of every row), else its rank
+    first, last = int(ops.step.min()), int(ops.step.max())
+    if last - first < len(ops.step):
+        n_steps, steps = last - first + 1, ops.step.astype(np.int64) - first
+    else:
+        seen, inverse = np.unique(ops.step, return_inverse=True)
+        n_steps, steps = len(seen), inverse.reshape(-1).astype(np.int64)
     seq_span = int(ops.seq_id.max()) + 2 if len(ops.seq_id) else 2
     matched = backwards = 0
     for send, recv, shift in (("forward-send", "forward-recv", 1), ("backward-send", "backward-recv", -1)):
@@ -406,7 +450,7 @@ def causality_note(trace: Any) -> str | None:
 
         ks = key(s, ops.stage[s].astype(np.int64) + shift)
         kr = key(r, ops.stage[r].astype(np.int64))
-        _, i_s, i_r = np.intersect1d(ks, kr, assume_unique=False, return_indices=True)
+        i_s, i_r = _common_keys(ks, kr, space=n_steps * trace.meta.dp * (pp + 2) * seq_span)
         if not len(i_s):
             continue
         si, ri = s[i_s], r[i_r]
