@@ -395,28 +395,35 @@ def pipeline_problem(trace: Any) -> str | None:
     return None
 
 
-def _once(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int) -> bool:
-    """Whether each key in ``[0, space)`` occurs at most once in ``a`` and at most once in ``b``."""
-    return bool(np.bincount(a, minlength=space).max() <= 1 and np.bincount(b, minlength=space).max() <= 1)
-
-
-def _common_keys(
-    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int
+def common_keys(
+    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int, *, ordered: bool = True
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The pairs ``(i_a, i_b)`` with ``a[i_a] == b[i_b]``, one per common key (the pairs of
-    ``np.intersect1d(..., return_indices=True)``, in no particular order). Keys in ``[0, space)``
-    with a space not much larger than the arrays, each key at most once per array (one send and one
-    recv per (step, worker, seq id): the reader refuses duplicate seq ids), take one lookup table
-    instead of sorting both arrays; anything else takes ``intersect1d``."""
-    small = space <= 4 * (len(a) + len(b)) + 1024
-    if small and len(a) and len(b) and min(int(a.min()), int(b.min())) >= 0 and _once(a, b, space):
-        table = np.full(space, -1, dtype=np.int64)
-        table[a] = np.arange(len(a))
+    """The pairs ``(i_a, i_b)`` with ``a[i_a] == b[i_b]``, one per common key: the indices of
+    ``np.intersect1d(a, b, return_indices=True)``, in its order (by key) when ``ordered``, else in
+    the order of ``b``. Keys in ``[0, space)`` with a space at most 8 times the keys, each key once
+    per array (one send and one recv per (step, worker, seq id): the reader refuses duplicate seq
+    ids), take one int32 lookup table instead of sorting both arrays; repeated keys and anything
+    else take ``intersect1d``."""
+    small = space <= 8 * (len(a) + len(b)) + 1024 and len(a) < 2**31
+    if small and len(a) and len(b) and _in_range(a, b, space):
+        table = np.full(space, -1, dtype=np.int32)
+        table[a] = np.arange(len(a), dtype=np.int32)
         hit = table[b]
         i_b = np.flatnonzero(hit >= 0)
-        return hit[i_b], i_b
+        i_a = hit[i_b].astype(np.int64)
+        # each key once in ``a`` (no row's slot taken by a repeat) and once among the matched ``b``
+        once = np.array_equal(table[a], np.arange(len(a))) and np.bincount(i_a, minlength=1).max() <= 1
+        if once:
+            if ordered:
+                by_key = np.argsort(b[i_b], kind="stable")
+                i_a, i_b = i_a[by_key], i_b[by_key]
+            return i_a, i_b
     _, i_a, i_b = np.intersect1d(a, b, assume_unique=False, return_indices=True)
     return i_a, i_b
+
+
+def _in_range(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int) -> bool:
+    return min(int(a.min()), int(b.min())) >= 0 and max(int(a.max()), int(b.max())) < space
 
 
 def causality_note(trace: Any) -> str | None:
@@ -450,7 +457,8 @@ def causality_note(trace: Any) -> str | None:
 
         ks = key(s, ops.stage[s].astype(np.int64) + shift)
         kr = key(r, ops.stage[r].astype(np.int64))
-        i_s, i_r = _common_keys(ks, kr, space=n_steps * trace.meta.dp * (pp + 2) * seq_span)
+        space = n_steps * trace.meta.dp * (pp + 2) * seq_span
+        i_s, i_r = common_keys(ks, kr, space, ordered=False)  # only counted: any order
         if not len(i_s):
             continue
         si, ri = s[i_s], r[i_r]

@@ -54,3 +54,24 @@ def test_median_of_others_matches_np_delete(m: int) -> None:
     row = np.round(np.random.default_rng(m).lognormal(size=m), 1)
     want = np.array([np.median(np.delete(row, i)) for i in range(m)])
     assert np.array_equal(median_of_others(row[None, :])[0], want)
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_reduce_into_matches_ufunc_at(blocks: bool) -> None:
+    """The trace statistics' per-group minimum / maximum by runs equals ``ufunc.at``, with the
+    rows in contiguous groups (the reduceat path) or not (the fallback), NaN and empty groups."""
+    from diagnosers.detectors.stats import _reduce_into
+
+    rng = np.random.default_rng(2)
+    index = np.repeat(rng.permutation(40)[:30], rng.integers(1, 6, size=30))
+    if not blocks:
+        index = rng.permutation(index)
+    values = rng.normal(size=len(index))
+    values[5] = np.nan
+    for ufunc, fill in ((np.minimum, np.inf), (np.maximum, -np.inf)):
+        want = np.full(45, fill)
+        with np.errstate(invalid="ignore"):  # NaN propagates through both
+            ufunc.at(want, index, values)
+            got = _reduce_into(ufunc, index, values, 45, fill)
+        assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(_reduce_into(np.minimum, index[:0], values[:0], 3, np.inf), np.full(3, np.inf))
