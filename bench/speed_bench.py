@@ -182,6 +182,18 @@ def twins() -> None:
     )
 
 
+def compile_sources(*trees: Path) -> None:
+    """Byte-compile the project's packages of each source tree once, as ``pip install`` does for
+    an installed package: with ``PYTHONDONTWRITEBYTECODE`` set (as on the build machine) every child
+    would otherwise compile the project's ~30 modules from source on each run (~0.08 s)."""
+    import compileall
+
+    for tree in trees:
+        for pkg in ("diagnosers", "server", "incidents"):
+            if (tree / pkg).is_dir():
+                compileall.compile_dir(str(tree / pkg), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--large", action="store_true", help="also the 15.3M-op job (dp 256 × pp 16 × 64 mb)")
@@ -195,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     global BEFORE
     BEFORE = a.before
+    compile_sources(Path(__file__).resolve().parents[1], *([a.before] if a.before else []))
     with tempfile.TemporaryDirectory() as tmp:
         folder = a.jobs or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
