@@ -75,3 +75,21 @@ def test_reduce_into_matches_ufunc_at(blocks: bool) -> None:
             got = _reduce_into(ufunc, index, values, 45, fill)
         assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(_reduce_into(np.minimum, index[:0], values[:0], 3, np.inf), np.full(3, np.inf))
+
+
+def test_type_and_worker_masks_match_isin() -> None:
+    """``TraceStats.of_types`` and ``worker_mask`` (lookup tables) against ``np.isin`` and the 2-D
+    index they replace, on a sample's statistics."""
+    from diagnosers.detectors import compute_stats
+    from diagnosers.readers import ReadOptions, load_trace
+    from diagnosers.samples import artifact_trace
+
+    stats = compute_stats(load_trace([artifact_trace("SE")], ReadOptions()))
+    for codes in ([0], [1, 2, 3], [], list(range(30))):
+        assert np.array_equal(stats.of_types(codes), np.isin(stats.optype, codes))
+    cells = [(0, 0), (1, stats.pp - 1), (stats.dp - 1, 0)]
+    sel = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        sel[d, p] = True
+    for _ in range(2):  # the second call uses the cached worker index
+        assert np.array_equal(stats.worker_mask(cells), sel[stats.op_dp, stats.op_pp])
