@@ -93,3 +93,28 @@ def test_type_and_worker_masks_match_isin() -> None:
         sel[d, p] = True
     for _ in range(2):  # the second call uses the cached worker index
         assert np.array_equal(stats.worker_mask(cells), sel[stats.op_dp, stats.op_pp])
+
+
+def test_probe_reuses_masked_runs_with_the_same_numbers() -> None:
+    """A masked scenario asked for again (a remedy repeating a detector's run) is answered from
+    the probe's memo, and equals a fresh run of it alone and a run in another batch."""
+    from diagnosers.detectors.base import Probe
+    from diagnosers.readers import ReadOptions, load_trace
+    from diagnosers.samples import artifact_trace
+    from diagnosers.whatif import build_engine
+
+    trace = load_trace([artifact_trace("AR")], ReadOptions())
+    engine = build_engine(trace)
+    rng = np.random.default_rng(4)
+    masks = [rng.random(len(trace.ops)) < q for q in (0.1, 0.3)]
+    probe = Probe(engine)
+    both = probe.masked_means(masks)
+    again = probe.masked_means([masks[1], masks[0].copy(), masks[1]])
+    assert len(probe._masked) == 2
+    assert np.array_equal(again, both[[1, 0, 1]])
+    for m, want in zip(masks, both, strict=True):
+        alone = np.asarray(engine.simulate_masked([m])).mean(axis=1)[0]
+        assert alone == want
+    reverse = probe.masked_means(masks, ideal_inside=False)  # the other direction is its own run
+    assert len(probe._masked) == 4
+    assert np.array_equal(Probe(engine).masked_means(masks, ideal_inside=False), reverse)
