@@ -381,12 +381,20 @@ def _codes(*names: str) -> npt.NDArray[np.int64]:
     return np.array([OPTYPE_CODE[n] for n in names], dtype=np.int64)
 
 
+def _has_type(optype: npt.NDArray[np.integer[Any]], codes: npt.NDArray[np.int64]) -> bool:
+    """Whether any op has one of the op-type ``codes`` (``np.isin(...).any()``, by counting)."""
+    if len(optype) == 0:
+        return False
+    present = np.bincount(optype, minlength=int(codes.max(initial=0)) + 1) > 0
+    return bool(present[codes].any())
+
+
 def pipeline_problem(trace: Any) -> str | None:
     """Why a trace can never be analysed, or None: a pipeline job (pp > 1) without a single
     point-to-point op has no link between its stages, so every dependency model fails on it."""
     from diagnosers.model import P2P_OPTYPES
 
-    if trace.meta.pp > 1 and not np.isin(trace.ops.optype, _codes(*P2P_OPTYPES)).any():
+    if trace.meta.pp > 1 and not _has_type(trace.ops.optype, _codes(*P2P_OPTYPES)):
         return (
             f"the job has pp={trace.meta.pp} pipeline stages but the trace holds no point-to-point op "
             "(forward/backward send or recv), so its stages cannot be linked and no what-if analysis "
@@ -439,10 +447,16 @@ def causality_note(trace: Any) -> str | None:
     # (no sort of every row), else its rank
     first, last = int(ops.step.min()), int(ops.step.max())
     if last - first < len(ops.step):
-        n_steps, steps = last - first + 1, ops.step.astype(np.int64) - first
+        n_steps = last - first + 1
+
+        def step_of(idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+            return ops.step[idx].astype(np.int64) - first
     else:
         seen, inverse = np.unique(ops.step, return_inverse=True)
-        n_steps, steps = len(seen), inverse.reshape(-1).astype(np.int64)
+        n_steps, ranks = len(seen), inverse.reshape(-1).astype(np.int64)
+
+        def step_of(idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+            return ranks[idx]
     seq_span = int(ops.seq_id.max()) + 2 if len(ops.seq_id) else 2
     matched = backwards = 0
     for send, recv, shift in (("forward-send", "forward-recv", 1), ("backward-send", "backward-recv", -1)):
@@ -453,7 +467,7 @@ def causality_note(trace: Any) -> str | None:
 
         def key(idx: npt.NDArray[np.int64], stage: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
             worker = ops.dp_rank[idx].astype(np.int64) * (pp + 2) + stage
-            return (steps[idx] * (trace.meta.dp * (pp + 2)) + worker) * seq_span + ops.seq_id[idx]
+            return (step_of(idx) * (trace.meta.dp * (pp + 2)) + worker) * seq_span + ops.seq_id[idx]
 
         ks = key(s, ops.stage[s].astype(np.int64) + shift)
         kr = key(r, ops.stage[r].astype(np.int64))

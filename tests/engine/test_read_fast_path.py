@@ -90,3 +90,18 @@ def test_common_keys_match_intersect1d() -> None:
             i_a, i_b = common_keys(a, b, space, ordered=False)
             assert np.array_equal(a[i_a], b[i_b])
             assert sorted(a[i_a].tolist()) == want[0].tolist()
+
+
+def test_pipeline_without_p2p_is_named() -> None:
+    """A pp > 1 trace without any point-to-point op gets the pipeline problem (the op-type check
+    counts codes instead of ``np.isin``); the same trace with its P2P ops has none."""
+    from diagnosers.model import OPTYPE_CODE, P2P_OPTYPES
+    from diagnosers.readers import ReadOptions, load_trace
+    from diagnosers.readers.validate import pipeline_problem
+
+    trace = load_trace([artifact_trace("ST")], ReadOptions())
+    assert trace.meta.pp > 1 and pipeline_problem(trace) is None
+    keep = ~np.isin(trace.ops.optype, [OPTYPE_CODE[n] for n in P2P_OPTYPES])
+    trace.ops = trace.ops.take(np.flatnonzero(keep))
+    problem = pipeline_problem(trace)
+    assert problem is not None and "no point-to-point op" in problem
