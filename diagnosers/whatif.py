@@ -30,6 +30,7 @@ import numpy.typing as npt
 from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
+from diagnosers.readers.normalize import reduce_into
 from diagnosers.report import (
     Attribution,
     FixRatios,
@@ -222,8 +223,7 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     t = template_of(trace)
     ops = trace.ops
     ns = len(t.steps)
-    step_min = np.full(ns, np.inf)
-    np.minimum.at(step_min, t.step_of_row, ops.start_ts)
+    step_min = reduce_into(np.minimum, t.step_of_row, ops.start_ts, ns, np.inf)
     start = t.dense(ops.start_ts)
     start -= step_min  # relative to the step start (steps are the last dense axis)
     orig = t.dense(ops.duration)

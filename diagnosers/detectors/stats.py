@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from diagnosers.detectors.base import Engine, Probe, TraceStats
 from diagnosers.model import OPTYPE_CODE, Trace
-from diagnosers.readers.normalize import dense_ids
+from diagnosers.readers.normalize import dense_ids, reduce_into
 from diagnosers.readers.validate import common_keys
 
 FWD = OPTYPE_CODE["forward-compute"]
@@ -48,8 +48,8 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     )
 
     end = ops.start_ts + ops.duration
-    step_start = _reduce_into(np.minimum, si, ops.start_ts, n_s, np.inf)
-    step_end = _reduce_into(np.maximum, si, end, n_s, -np.inf)
+    step_start = reduce_into(np.minimum, si, ops.start_ts, n_s, np.inf)
+    step_end = reduce_into(np.maximum, si, end, n_s, -np.inf)
     step_time = step_end - step_start
 
     launch_idle = _launch_idle(
@@ -100,24 +100,6 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     )
 
 
-def _reduce_into(
-    ufunc: np.ufunc, index: npt.NDArray[np.int64], values: npt.NDArray[np.float64], size: int, fill: float
-) -> npt.NDArray[np.float64]:
-    """``ufunc.at(np.full(size, fill), index, values)`` (a per-group minimum or maximum). When each
-    index value occupies one contiguous run of rows, as (step, worker) blocks do in every trace
-    seen, one ``ufunc.reduceat`` over the runs gives the same values without the slow ``at``."""
-    out = np.full(size, fill)
-    if len(index) == 0:
-        return out
-    starts = np.r_[0, np.flatnonzero(index[1:] != index[:-1]) + 1]
-    heads = index[starts]
-    if len(np.unique(heads)) == len(heads):  # every index in one run
-        out[heads] = ufunc(out[heads], ufunc.reduceat(values, starts))
-    else:
-        ufunc.at(out, index, values)
-    return out
-
-
 def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The sorted distinct step ids and each row's position among them (``np.unique`` and
     ``np.searchsorted``); by counting when the ids span a range not much wider than the rows."""
@@ -150,7 +132,7 @@ def _launch_idle(
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
     Overlapping ops are counted twice, which can only under-state the idle time."""
     is_f = optype == FWD
-    first_fwd = _reduce_into(np.minimum, cell[is_f], start[is_f], size, np.inf)
+    first_fwd = reduce_into(np.minimum, cell[is_f], start[is_f], size, np.inf)
     ff = first_fwd[cell]
     before = (start + dur) <= ff + EPS
     covered = np.bincount(cell[before], weights=dur[before], minlength=size)
@@ -163,7 +145,7 @@ def _launch_idle(
         # pipeline the first stage ends step N-1 (its last backward, the DP reduction) well after
         # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
         # starts later than the one before), count idle time from the worker's own previous end.
-        ends = _reduce_into(np.maximum, cell, start + dur, size, -np.inf)
+        ends = reduce_into(np.maximum, cell, start + dur, size, -np.inf)
         shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
         if shared_axis:
             prev = np.full(size, -np.inf)

@@ -60,7 +60,7 @@ def test_median_of_others_matches_np_delete(m: int) -> None:
 def test_reduce_into_matches_ufunc_at(blocks: bool) -> None:
     """The trace statistics' per-group minimum / maximum by runs equals ``ufunc.at``, with the
     rows in contiguous groups (the reduceat path) or not (the fallback), NaN and empty groups."""
-    from diagnosers.detectors.stats import _reduce_into
+    from diagnosers.readers.normalize import reduce_into
 
     rng = np.random.default_rng(2)
     index = np.repeat(rng.permutation(40)[:30], rng.integers(1, 6, size=30))
@@ -72,9 +72,9 @@ def test_reduce_into_matches_ufunc_at(blocks: bool) -> None:
         want = np.full(45, fill)
         with np.errstate(invalid="ignore"):  # NaN propagates through both
             ufunc.at(want, index, values)
-            got = _reduce_into(ufunc, index, values, 45, fill)
+            got = reduce_into(ufunc, index, values, 45, fill)
         assert np.array_equal(got, want, equal_nan=True)
-    assert np.array_equal(_reduce_into(np.minimum, index[:0], values[:0], 3, np.inf), np.full(3, np.inf))
+    assert np.array_equal(reduce_into(np.minimum, index[:0], values[:0], 3, np.inf), np.full(3, np.inf))
 
 
 def test_type_and_worker_masks_match_isin() -> None:
