@@ -105,3 +105,20 @@ def test_pipeline_without_p2p_is_named() -> None:
     trace.ops = trace.ops.take(np.flatnonzero(keep))
     problem = pipeline_problem(trace)
     assert problem is not None and "no point-to-point op" in problem
+
+
+def test_simulator_shape_test_matches_broadcast_shapes() -> None:
+    """The simulator's in-place test (``_holds``) agrees with ``np.broadcast_shapes`` on every
+    pair of rank-3 shapes over sizes 1..3, and refuses ranks that differ."""
+    import itertools
+
+    from diagnosers.simulate import _holds
+
+    shapes = list(itertools.product((1, 2, 3), repeat=3))
+    for a, b in itertools.product(shapes, shapes):
+        try:
+            want = np.broadcast_shapes(a, b) == a
+        except ValueError:
+            want = False
+        assert _holds(a, b) == want, (a, b)
+    assert not _holds((2, 2), (2, 2, 2))
