@@ -117,6 +117,13 @@ class WhatIfEngine:
         return self._per_row("launch_delay", lambda: self.template.gather(self.launch_dense))
 
     @property
+    def fills_every_cell(self) -> bool:
+        """Whether every (node, dp rank, step) cell of the dense layout holds one op (a regular
+        trace): then each scenario over the rows is fully given by its per-row values."""
+        t = self.template
+        return len(t.flat_index) == t.n_nodes * t.dp * len(self.steps)
+
+    @property
     def shape(self) -> tuple[int, int]:
         """(dp, n_steps)."""
         return self.template.dp, len(self.steps)

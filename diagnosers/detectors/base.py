@@ -75,6 +75,9 @@ class Engine(Protocol):
         self, masks: Sequence[npt.NDArray[np.bool_]], *, ideal_inside: bool = True
     ) -> npt.NDArray[np.float64]: ...
 
+    @property
+    def fills_every_cell(self) -> bool: ...
+
 
 class Probe:
     """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
@@ -94,6 +97,9 @@ class Probe:
         # masked runs already made, by (ideal_inside, mask): the remedies and marginal gains ask
         # again for scenarios the detectors ran (a faulty machine's workers, drained)
         self._masked: dict[tuple[bool, int, bytes], float] = {}
+        # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
+        # is the scenario "the rest ideal, mask original": both directions share one memo entry
+        self._complement_is_same = bool(engine.fills_every_cell)
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
@@ -117,7 +123,10 @@ class Probe:
         """Mean simulated step time per row mask: the masked ops ideal, the others original
         (``ideal_inside``), or the reverse; the same as :meth:`mean_times` of those vectors, without
         a per-row vector per scenario. Batched like :meth:`mean_times`."""
-        keys = [_mask_key(m, ideal_inside) for m in masks]
+        if not ideal_inside and self._complement_is_same:
+            keys = [_mask_key(~np.asarray(m, dtype=bool), True) for m in masks]
+        else:
+            keys = [_mask_key(m, ideal_inside) for m in masks]
         first: dict[tuple[bool, int, bytes], int] = {}  # each new scenario once
         for i, k in enumerate(keys):
             if k not in self._masked:

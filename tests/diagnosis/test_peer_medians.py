@@ -118,3 +118,8 @@ def test_probe_reuses_masked_runs_with_the_same_numbers() -> None:
     reverse = probe.masked_means(masks, ideal_inside=False)  # the other direction is its own run
     assert len(probe._masked) == 4
     assert np.array_equal(Probe(engine).masked_means(masks, ideal_inside=False), reverse)
+    # every cell of the sample holds an op: "mask original, rest ideal" is "complement ideal"
+    assert engine.fills_every_cell
+    complement = Probe(engine).masked_means([~m for m in masks])
+    assert np.array_equal(complement, reverse)
+    assert np.array_equal(probe.masked_means([~m for m in masks]), reverse) and len(probe._masked) == 4
