@@ -93,13 +93,14 @@ def startup(repeat: int) -> None:
         cmds["analyze@before"] = cmds["analyze"]
     r = paired(cmds, repeat)
     print("\n## start-up: analyze of the ST sample (6,784 ops) against `python -c 'import numpy, pyarrow'`")
+    (iw, ic, _), (aw, ac, _) = r["imports"], r["analyze"]
     print(
-        f"imports {r['imports'][0]:.3f} s, analyze {r['analyze'][0]:.3f} s: "
-        f"ratio {r['analyze'][0] / r['imports'][0]:.2f} (goal ≤ 1.5)"
+        f"imports {iw:.3f} s ({ic:.3f} s CPU), analyze {aw:.3f} s ({ac:.3f} s CPU): "
+        f"ratio {aw / iw:.2f} (CPU {ac / ic:.2f}; goal ≤ 1.5)"
     )
     if "analyze@before" in r:
-        b = r["analyze@before"][0]
-        print(f"before: analyze {b:.3f} s, ratio {b / r['imports'][0]:.2f}")
+        bw, bc, _ = r["analyze@before"]
+        print(f"before: analyze {bw:.3f} s ({bc:.3f} s CPU), ratio {bw / iw:.2f} (CPU {bc / ic:.2f})")
 
 
 def against_floor(traces: list[tuple[str, Path]], repeat: int, diagnose: bool) -> None:
@@ -182,6 +183,18 @@ def twins() -> None:
     )
 
 
+def compile_sources(*trees: Path) -> None:
+    """Byte-compile the project's packages of each source tree once, as ``pip install`` does for
+    an installed package: with ``PYTHONDONTWRITEBYTECODE`` set (as on the build machine) every child
+    would otherwise compile the project's ~30 modules from source on each run (~0.08 s)."""
+    import compileall
+
+    for tree in trees:
+        for pkg in ("diagnosers", "server", "incidents"):
+            if (tree / pkg).is_dir():
+                compileall.compile_dir(str(tree / pkg), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--large", action="store_true", help="also the 15.3M-op job (dp 256 × pp 16 × 64 mb)")
@@ -195,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     global BEFORE
     BEFORE = a.before
+    compile_sources(Path(__file__).resolve().parents[1], *([a.before] if a.before else []))
     with tempfile.TemporaryDirectory() as tmp:
         folder = a.jobs or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)

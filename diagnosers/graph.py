@@ -128,9 +128,9 @@ class Template:
         """Per row: the flat position of its (node, dp, step) cell in a C-order dense array."""
         if self._flat is None:
             ns = len(self.steps)
-            # int32 while the dense array has fewer than 2**31 cells (always: one cell per op)
-            wide = self.n_nodes * self.dp * ns >= 2**31
-            node = self.node_of_row.astype(np.int64) if wide else self.node_of_row
+            # numpy's own index type: a narrower index is converted on every scatter and gather
+            # (twice their time), and the dense arrays are scattered and gathered many times
+            node = self.node_of_row.astype(np.intp)
             self._flat = (node * self.dp + self.dp_of_row) * ns + self.step_of_row
         return self._flat
 

@@ -51,9 +51,15 @@ def _as3(x: Array | float) -> Array:
     raise ValueError(f"durations must broadcast to (K, D, S); got shape {a.shape}")
 
 
+def _holds(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether shape ``a`` is the broadcast of ``a`` and ``b`` (``np.broadcast_shapes(a, b) == a``
+    for arrays of equal rank, without its cost on every node of a pass)."""
+    return len(a) == len(b) and all(y == x or y == 1 for x, y in zip(a, b, strict=True))
+
+
 def _maximum(a: Array, b: Array, own: bool) -> Array:
     """``np.maximum(a, b)``, written into ``a`` when ``a`` is a fresh array of the result's shape."""
-    if own and np.broadcast_shapes(a.shape, b.shape) == a.shape:
+    if own and _holds(a.shape, b.shape):
         return np.maximum(a, b, out=a)
     return np.maximum(a, b)
 
@@ -113,7 +119,7 @@ def simulate(
             v = members[0]
             d_v = _as3(dur(v))
             # the end can reuse the start's memory when nothing else holds the start
-            if own and not keep and np.broadcast_shapes(starts[0].shape, d_v.shape) == starts[0].shape:
+            if own and not keep and _holds(starts[0].shape, d_v.shape):
                 e = np.add(starts[0], d_v, out=starts[0])
             else:
                 e = starts[0] + d_v

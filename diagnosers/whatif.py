@@ -30,6 +30,7 @@ import numpy.typing as npt
 from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
+from diagnosers.readers.normalize import reduce_into
 from diagnosers.report import (
     Attribution,
     FixRatios,
@@ -114,6 +115,13 @@ class WhatIfEngine:
     def launch_delay(self) -> Array:
         """Per row: the measured launch delay."""
         return self._per_row("launch_delay", lambda: self.template.gather(self.launch_dense))
+
+    @property
+    def fills_every_cell(self) -> bool:
+        """Whether every (node, dp rank, step) cell of the dense layout holds one op (a regular
+        trace): then each scenario over the rows is fully given by its per-row values."""
+        t = self.template
+        return len(t.flat_index) == t.n_nodes * t.dp * len(self.steps)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -222,8 +230,7 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     t = template_of(trace)
     ops = trace.ops
     ns = len(t.steps)
-    step_min = np.full(ns, np.inf)
-    np.minimum.at(step_min, t.step_of_row, ops.start_ts)
+    step_min = reduce_into(np.minimum, t.step_of_row, ops.start_ts, ns, np.inf)
     start = t.dense(ops.start_ts)
     start -= step_min  # relative to the step start (steps are the last dense axis)
     orig = t.dense(ops.duration)

@@ -201,7 +201,7 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
 
 def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
     """Compute ops (forward, backward, optimizer) of the given workers."""
-    is_compute = np.isin(stats.optype, np.array([FWD, BWD, OPT], dtype=np.int16))
+    is_compute = stats.of_types([FWD, BWD, OPT])
     return stats.worker_mask(cells) & is_compute
 
 

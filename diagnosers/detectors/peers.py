@@ -66,16 +66,34 @@ def log_ratios(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> Arr:
     out = np.full_like(values, np.nan)
     inside = _inside(dp, pp, exclude)
     for p in range(pp):
-        for d in range(dp):
-            if inside[d, p]:
-                continue
-            peers = ~inside[:, p]
-            peers[d] = False
-            if not peers.any():
-                continue
-            ref = np.median(values[:, peers, p], axis=1)
-            out[:, d, p] = np.log(np.maximum(values[:, d, p], 1e-12) / np.maximum(ref, 1e-12))
+        cols = np.flatnonzero(~inside[:, p])
+        if len(cols) < 2:
+            continue  # no worker of the stage has a peer left
+        own = values[:, cols, p]
+        ref = median_of_others(own)
+        out[:, cols, p] = np.log(np.maximum(own, 1e-12) / np.maximum(ref, 1e-12))
     return out
+
+
+def median_of_others(v: Arr) -> Arr:
+    """(S, m) for ``v`` (S, m), m >= 2: entry (s, j) is the median of row s without column j, as
+    ``np.median`` gives it. Each row is sorted once; leaving out the value of rank k shifts the
+    ranks above k down by one, so the middle one or two values are read from the sorted row."""
+    m = v.shape[1]
+    if not np.isfinite(v).all():  # NaN orders differently in a sort: the plain medians
+        return np.stack([np.median(np.delete(v, j, axis=1), axis=1) for j in range(m)], axis=1)
+    order = np.argsort(v, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(m)[None, :], axis=1)
+    srt = np.take_along_axis(v, order, axis=1)
+    n = m - 1  # values left
+
+    def left(i: int) -> Arr:  # the i-th smallest value once the value of rank ``rank`` is left out
+        return np.take_along_axis(srt, i + (rank <= i), axis=1)
+
+    if n % 2:
+        return left(n // 2)
+    return (left(n // 2 - 1) + left(n // 2)) / 2
 
 
 @dataclass

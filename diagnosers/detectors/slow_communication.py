@@ -50,7 +50,7 @@ MAX_PROBED = 8
 
 def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
     """Per op: whether it is a communication op (P2P or collective) of the vocabulary."""
-    return np.isin(stats.optype, COMM_CODES)
+    return stats.of_types(COMM_CODES.tolist())
 
 
 def candidates(
@@ -70,13 +70,13 @@ def candidates(
     excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
-    is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
+    is_p2p = stats.of_types([FS, FR, BS, BR])
     link_stage = np.where((o == FS) | (o == BR), p, p - 1)
     link = np.where(is_p2p & (link_stage >= 0) & (link_stage < pp - 1), d * pp + link_stage, -1)
     ok = link >= 0
     per_link = np.bincount(link[ok], weights=excess[ok], minlength=dp * pp)
     scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
-    is_dp = np.isin(o, DP_CODES)
+    is_dp = stats.of_types(DP_CODES.tolist())
     if dp > 1:
         per_stage = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp)
         scored += [(float(v), "dp", int(i)) for i, v in enumerate(per_stage) if v > 0]
@@ -243,7 +243,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         return None
     probe = stats.probe
     is_comm = comm_mask(stats)
-    batch = batch_ids(stats, np.isin(stats.optype, np.array([FS, FR, BS, BR], dtype=np.int16)))
+    batch = batch_ids(stats, stats.of_types([FS, FR, BS, BR]))
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     share_comm, share_compute = both_views(probe, [is_comm, ~is_comm], batched)

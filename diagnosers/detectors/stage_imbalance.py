@@ -33,7 +33,7 @@ from diagnosers.detectors.base import (
     host_cluster,
     rounded,
 )
-from diagnosers.detectors.peers import partition_explains
+from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.heatmap import worker_matrix
@@ -114,7 +114,7 @@ def _row_outliers(row: np.ndarray) -> np.ndarray:
     (leave-one-out): a slow machine on the stage, not the stage's own weight."""
     if len(row) < 2:
         return np.zeros(len(row), dtype=bool)
-    others = np.array([np.median(np.delete(row, i)) for i in range(len(row))])
+    others = median_of_others(row[None, :])[0]
     out = row >= ROW_OUTLIER * others
     return out if not out.all() else np.zeros(len(row), dtype=bool)
 

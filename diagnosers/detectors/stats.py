@@ -10,7 +10,8 @@ import numpy.typing as npt
 
 from diagnosers.detectors.base import Engine, Probe, TraceStats
 from diagnosers.model import OPTYPE_CODE, Trace
-from diagnosers.readers.normalize import dense_ids
+from diagnosers.readers.normalize import dense_ids, reduce_into
+from diagnosers.readers.validate import common_keys
 
 FWD = OPTYPE_CODE["forward-compute"]
 BWD = OPTYPE_CODE["backward-compute"]
@@ -47,10 +48,8 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     )
 
     end = ops.start_ts + ops.duration
-    step_start = np.full(n_s, np.inf)
-    np.minimum.at(step_start, si, ops.start_ts)
-    step_end = np.full(n_s, -np.inf)
-    np.maximum.at(step_end, si, end)
+    step_start = reduce_into(np.minimum, si, ops.start_ts, n_s, np.inf)
+    step_end = reduce_into(np.maximum, si, end, n_s, -np.inf)
     step_time = step_end - step_start
 
     launch_idle = _launch_idle(
@@ -132,9 +131,8 @@ def _launch_idle(
     the worker covers. Communication waits are covered (a recv waiting for its peer is busy
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
     Overlapping ops are counted twice, which can only under-state the idle time."""
-    first_fwd = np.full(size, np.inf)
     is_f = optype == FWD
-    np.minimum.at(first_fwd, cell[is_f], start[is_f])
+    first_fwd = reduce_into(np.minimum, cell[is_f], start[is_f], size, np.inf)
     ff = first_fwd[cell]
     before = (start + dur) <= ff + EPS
     covered = np.bincount(cell[before], weights=dur[before], minlength=size)
@@ -147,8 +145,7 @@ def _launch_idle(
         # pipeline the first stage ends step N-1 (its last backward, the DP reduction) well after
         # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
         # starts later than the one before), count idle time from the worker's own previous end.
-        ends = np.full(size, -np.inf)
-        np.maximum.at(ends, cell, start + dur)
+        ends = reduce_into(np.maximum, cell, start + dur, size, -np.inf)
         shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
         if shared_axis:
             prev = np.full(size, -np.inf)
@@ -188,15 +185,17 @@ def _forward_backward(
     mbmax = int(max(ops.mb_id.max(initial=0), 0)) + 2
     seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
 
-    def keys(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
-        mb = np.where(ops.mb_id[mask] >= 0, ops.mb_id[mask], ops.seq_id[mask]).astype(np.int64)
-        base = ((si[mask] * dp + ops.dp_rank[mask]) * pp + ops.stage[mask]).astype(np.int64)
-        return (base * gmax + (ops.gmc[mask].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
+    def keys(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
+        mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
+        base = ((si[rows] * dp + ops.dp_rank[rows]) * pp + ops.stage[rows]).astype(np.int64)
+        return (base * gmax + (ops.gmc[rows].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
 
     fi = np.flatnonzero(ops.optype == FWD)
     bi = np.flatnonzero(ops.optype == BWD)
-    kf, kb = keys(ops.optype == FWD), keys(ops.optype == BWD)
-    _, a, b = np.intersect1d(kf, kb, assume_unique=False, return_indices=True)
+    kf, kb = keys(fi), keys(bi)
+    space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * max(mbmax, seqmax)
+    a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
     fi, bi = fi[a], bi[b]
     fd, bd = ops.duration[fi], ops.duration[bi]
     stage = ops.stage[fi].astype(np.int64)

@@ -20,8 +20,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from diagnosers import interleaved
 from diagnosers.model import OPTYPE_CODE, Trace, TraceError
 from diagnosers.readers import validate
@@ -191,7 +189,8 @@ def _load_trace(paths: Sequence[str | Path], opts: ReadOptions) -> Trace:
     data = [f for f in data if f not in foreign]
     trace: Trace = module.read(data, opts)
     trace.sources = [str(f) for f in data]
-    is_compute = np.isin(trace.ops.optype, (OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"]))
+    optype = trace.ops.optype
+    is_compute = (optype == OPTYPE_CODE["forward-compute"]) | (optype == OPTYPE_CODE["backward-compute"])
     trace.notes.extend(interleaved.meta_notes(trace.meta, trace.ops.mc, is_compute))
     note = validate.causality_note(trace)
     if note:

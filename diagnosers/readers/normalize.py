@@ -126,6 +126,28 @@ def _group_rank(
     return out
 
 
+def reduce_into(
+    ufunc: np.ufunc,
+    index: npt.NDArray[np.integer[Any]],
+    values: npt.NDArray[np.float64],
+    size: int,
+    fill: float,
+) -> npt.NDArray[np.float64]:
+    """``ufunc.at(np.full(size, fill), index, values)`` (a per-group minimum or maximum). When each
+    index value occupies one contiguous run of rows, as (step, worker) blocks do in every trace
+    seen, one ``ufunc.reduceat`` over the runs gives the same values without the slow ``at``."""
+    out = np.full(size, fill)
+    if len(index) == 0:
+        return out
+    starts = np.r_[0, np.flatnonzero(index[1:] != index[:-1]) + 1]
+    heads = index[starts]
+    if len(np.unique(heads)) == len(heads):  # every index in one run
+        out[heads] = ufunc(out[heads], ufunc.reduceat(values, starts))
+    else:
+        ufunc.at(out, index, values)
+    return out
+
+
 def dense_ids(
     values: npt.NDArray[Any], dtype: Any = np.int64
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:

@@ -236,8 +236,11 @@ def check_int_array(name: str, arr: npt.NDArray[Any], where: Any) -> None:
     if arr.dtype.kind == "b":
         raise TraceError(f"column {name!r} holds booleans (true/false), not numbers", **where(0))
     if arr.dtype.kind in "iuf" and len(arr):
+        limit = INT32_MAX if name in _INT32 else 2**62
+        if arr.dtype.kind in "iu" and not _int_extremes_reach(arr, limit):
+            return  # the usual case, without a float copy of the column
         with np.errstate(invalid="ignore"):
-            big = np.abs(arr.astype(np.float64)) >= (INT32_MAX if name in _INT32 else 2**62)
+            big = np.abs(arr.astype(np.float64)) >= limit
         if big.any():
             i = int(np.argmax(big))
             value = short(arr[i].item())
@@ -250,6 +253,16 @@ def check_int_array(name: str, arr: npt.NDArray[Any], where: Any) -> None:
 
 
 _INT32 = frozenset({"dp_rank", "stage", "seq_id", "mc", "gmc", "mb_id"})
+
+
+def _int_extremes_reach(arr: npt.NDArray[Any], limit: int) -> bool:
+    """Whether any value of the integer array ``arr`` has ``|float(v)| >= limit``. ``float`` is
+    monotonic, so only the minimum and the maximum need the test; a column too narrow to hold
+    ``limit`` cannot reach it at all."""
+    info = np.iinfo(arr.dtype)
+    if max(abs(float(info.min)), float(info.max)) < limit:
+        return False
+    return max(abs(float(arr.min())), abs(float(arr.max()))) >= limit
 
 
 def check_times(start: npt.NDArray[np.float64], dur: npt.NDArray[np.float64], where: Any) -> None:
@@ -368,18 +381,57 @@ def _codes(*names: str) -> npt.NDArray[np.int64]:
     return np.array([OPTYPE_CODE[n] for n in names], dtype=np.int64)
 
 
+def _has_type(optype: npt.NDArray[np.integer[Any]], codes: npt.NDArray[np.int64]) -> bool:
+    """Whether any op has one of the op-type ``codes`` (``np.isin(...).any()``, by counting)."""
+    if len(optype) == 0:
+        return False
+    present = np.bincount(optype, minlength=int(codes.max(initial=0)) + 1) > 0
+    return bool(present[codes].any())
+
+
 def pipeline_problem(trace: Any) -> str | None:
     """Why a trace can never be analysed, or None: a pipeline job (pp > 1) without a single
     point-to-point op has no link between its stages, so every dependency model fails on it."""
     from diagnosers.model import P2P_OPTYPES
 
-    if trace.meta.pp > 1 and not np.isin(trace.ops.optype, _codes(*P2P_OPTYPES)).any():
+    if trace.meta.pp > 1 and not _has_type(trace.ops.optype, _codes(*P2P_OPTYPES)):
         return (
             f"the job has pp={trace.meta.pp} pipeline stages but the trace holds no point-to-point op "
             "(forward/backward send or recv), so its stages cannot be linked and no what-if analysis "
             "is possible; trace the P2P ops, or read it with pp=1 if the job has no pipeline"
         )
     return None
+
+
+def common_keys(
+    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int, *, ordered: bool = True
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The pairs ``(i_a, i_b)`` with ``a[i_a] == b[i_b]``, one per common key: the indices of
+    ``np.intersect1d(a, b, return_indices=True)``, in its order (by key) when ``ordered``, else in
+    the order of ``b``. Keys in ``[0, space)`` with a space at most 8 times the keys, each key once
+    per array (one send and one recv per (step, worker, seq id): the reader refuses duplicate seq
+    ids), take one int32 lookup table instead of sorting both arrays; repeated keys and anything
+    else take ``intersect1d``."""
+    small = space <= 8 * (len(a) + len(b)) + 1024 and len(a) < 2**31
+    if small and len(a) and len(b) and _in_range(a, b, space):
+        table = np.full(space, -1, dtype=np.int32)
+        table[a] = np.arange(len(a), dtype=np.int32)
+        hit = table[b]
+        i_b = np.flatnonzero(hit >= 0)
+        i_a = hit[i_b].astype(np.int64)
+        # each key once in ``a`` (no row's slot taken by a repeat) and once among the matched ``b``
+        once = np.array_equal(table[a], np.arange(len(a))) and np.bincount(i_a, minlength=1).max() <= 1
+        if once:
+            if ordered:
+                by_key = np.argsort(b[i_b], kind="stable")
+                i_a, i_b = i_a[by_key], i_b[by_key]
+            return i_a, i_b
+    _, i_a, i_b = np.intersect1d(a, b, assume_unique=False, return_indices=True)
+    return i_a, i_b
+
+
+def _in_range(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], space: int) -> bool:
+    return min(int(a.min()), int(b.min())) >= 0 and max(int(a.max()), int(b.max())) < space
 
 
 def causality_note(trace: Any) -> str | None:
@@ -390,8 +442,21 @@ def causality_note(trace: Any) -> str | None:
     ops, pp = trace.ops, trace.meta.pp
     if pp < 2 or len(ops.optype) == 0:
         return None
-    code = ops.optype.astype(np.int64)
-    steps = np.unique(ops.step, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    code = ops.optype
+    # a step's index among the steps: its offset from the first when the ids are dense enough
+    # (no sort of every row), else its rank
+    first, last = int(ops.step.min()), int(ops.step.max())
+    if last - first < len(ops.step):
+        n_steps = last - first + 1
+
+        def step_of(idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+            return ops.step[idx].astype(np.int64) - first
+    else:
+        seen, inverse = np.unique(ops.step, return_inverse=True)
+        n_steps, ranks = len(seen), inverse.reshape(-1).astype(np.int64)
+
+        def step_of(idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+            return ranks[idx]
     seq_span = int(ops.seq_id.max()) + 2 if len(ops.seq_id) else 2
     matched = backwards = 0
     for send, recv, shift in (("forward-send", "forward-recv", 1), ("backward-send", "backward-recv", -1)):
@@ -402,11 +467,12 @@ def causality_note(trace: Any) -> str | None:
 
         def key(idx: npt.NDArray[np.int64], stage: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
             worker = ops.dp_rank[idx].astype(np.int64) * (pp + 2) + stage
-            return (steps[idx] * (trace.meta.dp * (pp + 2)) + worker) * seq_span + ops.seq_id[idx]
+            return (step_of(idx) * (trace.meta.dp * (pp + 2)) + worker) * seq_span + ops.seq_id[idx]
 
         ks = key(s, ops.stage[s].astype(np.int64) + shift)
         kr = key(r, ops.stage[r].astype(np.int64))
-        _, i_s, i_r = np.intersect1d(ks, kr, assume_unique=False, return_indices=True)
+        space = n_steps * trace.meta.dp * (pp + 2) * seq_span
+        i_s, i_r = common_keys(ks, kr, space, ordered=False)  # only counted: any order
         if not len(i_s):
             continue
         si, ri = s[i_s], r[i_r]

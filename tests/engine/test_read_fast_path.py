@@ -48,3 +48,77 @@ def test_duplicate_seq_id_in_ordered_rows_is_named(tmp_path: Path) -> None:
     cols["seq_id"][i] = cols["seq_id"][i - 1]  # two forwards of one block share a seq_id
     with pytest.raises(TraceError, match="duplicate seq_id"):
         normalize(cols, meta_from_data(cols), source="ST", optype_categories=cats)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint32, np.uint64])
+@pytest.mark.parametrize("name", ["step", "seq_id"])
+def test_integer_range_check_matches_the_float_oracle(dtype: type, name: str) -> None:
+    """The range check of integer columns (only their extremes tested) accepts and refuses exactly
+    what the plain test on every value as a float does, at the limits of each column kind."""
+    from diagnosers.readers.validate import _INT32, INT32_MAX, check_int_array
+
+    limit = INT32_MAX if name in _INT32 else 2**62
+    info = np.iinfo(dtype)
+    edges = {0, 1, limit - 1, limit, limit + 1, 2**62 - 1, 2**62 - 600, 2**62 + 1, -limit, -limit + 1}
+    for v in sorted(edges):
+        if not info.min <= v <= info.max:
+            continue
+        arr = np.array([3, v, 5], dtype=dtype)
+        oracle = bool((np.abs(arr.astype(np.float64)) >= limit).any())
+        if oracle:
+            with pytest.raises(TraceError, match="too large for its column"):
+                check_int_array(name, arr, lambda i: {"file": "t", "rank": 0, "step": 0})
+        else:
+            check_int_array(name, arr, lambda i: {"file": "t", "rank": 0, "step": 0})
+
+
+def test_common_keys_match_intersect1d() -> None:
+    """The key pairing's lookup table finds the pairs ``np.intersect1d`` finds, in its order
+    (unique keys), and repeated or negative keys fall back to it."""
+    from diagnosers.readers.validate import common_keys
+
+    rng = np.random.default_rng(5)
+    for space in (50, 5_000, 10**9):
+        for repeat in (False, True):
+            n = min(space, 4_000)
+            a = rng.choice(n, size=min(n, 300), replace=repeat).astype(np.int64)
+            b = rng.choice(n, size=min(n, 200), replace=repeat).astype(np.int64)
+            b[:3] = -b[:3] - 1 if repeat else b[:3]
+            want = np.intersect1d(a, b, return_indices=True)
+            i_a, i_b = common_keys(a, b, space)
+            assert np.array_equal(i_a, want[1]) and np.array_equal(i_b, want[2])
+            i_a, i_b = common_keys(a, b, space, ordered=False)
+            assert np.array_equal(a[i_a], b[i_b])
+            assert sorted(a[i_a].tolist()) == want[0].tolist()
+
+
+def test_pipeline_without_p2p_is_named() -> None:
+    """A pp > 1 trace without any point-to-point op gets the pipeline problem (the op-type check
+    counts codes instead of ``np.isin``); the same trace with its P2P ops has none."""
+    from diagnosers.model import OPTYPE_CODE, P2P_OPTYPES
+    from diagnosers.readers import ReadOptions, load_trace
+    from diagnosers.readers.validate import pipeline_problem
+
+    trace = load_trace([artifact_trace("ST")], ReadOptions())
+    assert trace.meta.pp > 1 and pipeline_problem(trace) is None
+    keep = ~np.isin(trace.ops.optype, [OPTYPE_CODE[n] for n in P2P_OPTYPES])
+    trace.ops = trace.ops.take(np.flatnonzero(keep))
+    problem = pipeline_problem(trace)
+    assert problem is not None and "no point-to-point op" in problem
+
+
+def test_simulator_shape_test_matches_broadcast_shapes() -> None:
+    """The simulator's in-place test (``_holds``) agrees with ``np.broadcast_shapes`` on every
+    pair of rank-3 shapes over sizes 1..3, and refuses ranks that differ."""
+    import itertools
+
+    from diagnosers.simulate import _holds
+
+    shapes = list(itertools.product((1, 2, 3), repeat=3))
+    for a, b in itertools.product(shapes, shapes):
+        try:
+            want = np.broadcast_shapes(a, b) == a
+        except ValueError:
+            want = False
+        assert _holds(a, b) == want, (a, b)
+    assert not _holds((2, 2), (2, 2, 2))
