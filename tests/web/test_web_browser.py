@@ -138,7 +138,7 @@ def test_the_mcp_app_renders_a_real_diagnose_result_in_a_host_page(
     try:
         page.goto(f"http://127.0.0.1:{srv.server_address[1]}/host.html")
         app = page.frame_locator("#app")
-        expect(app.locator("body[data-rendered=true]")).to_have_count(1, timeout=20_000)
+        expect(app.locator("body[data-rendered=true]")).to_have_count(1, timeout=60_000)
         expect(app.locator("#summary")).to_contain_text("stage-imbalance")
         expect(app.locator("#heatmap rect.hm-cell")).to_have_count(8)
         expect(app.locator("#causes .cause").first).to_contain_text("stage-imbalance")
