@@ -1,9 +1,10 @@
 "use strict";
 (function () {
-  var frame = document.getElementById("app");
-  var status = document.getElementById("host-status");
+  // Loaded in <head>, before the iframe exists: look the elements up when a message arrives.
   window.addEventListener("message", function (ev) {
-    if (ev.source !== frame.contentWindow) return;
+    var frame = document.getElementById("app");
+    var status = document.getElementById("host-status");
+    if (!frame || ev.source !== frame.contentWindow) return;
     var msg = ev.data || {};
     if (msg.method === "ui/initialize") {
       frame.contentWindow.postMessage({ jsonrpc: "2.0", id: msg.id, result: {
