@@ -39,6 +39,8 @@ from diagnosers.detectors.peers import (
     ChangePoint,
     NoiseFloor,
     change_point,
+    joint_series,
+    level_shift,
     noise_floor,
     partition_explains,
     peer_ratio,
@@ -71,6 +73,12 @@ ONSET_MIN_BEFORE = 2
 # standard errors above the noise floor, and at least MIN_EXCESS (2%) above them.
 OWN_Z = 3.0
 MIN_EXCESS = 0.02
+# The joint onset test (compute and optimizer ratios combined, ``peers.level_shift``), for jobs
+# whose compute alone is too noisy for ONSET_Z: a jump of at least ONSET_JOINT_Z standard errors,
+# the steps before at the healthy level (within 2 standard errors of the peers), the steps after
+# at least ONSET_Z standard errors above it.
+ONSET_JOINT_Z = 2.5
+ONSET_BEFORE_Z = 2.0
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -131,24 +139,61 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
 
     A step is slow when its log ratio reaches ``step_threshold``: half the cell's typical excess
     where the noise is small, down to a quarter of it (never below the floor) where the job is
-    noisy. An onset is a clean upward change point (``peers.change_point``) whose jump stands at
-    least ``ONSET_Z`` noise units out, with the steps before it at the healthy level."""
+    noisy. An onset is a clean upward change point (``peers.change_point``) in the compute ratio
+    whose jump stands at least ``ONSET_Z`` noise units out, or, where compute alone is too noisy,
+    one in the compute and optimizer ratios combined (``_joint_onset``); either way with the steps
+    before it at the healthy level (``_onset_holds``)."""
     r = np.log(np.maximum(peer_ratio(stats.compute, cell, leave_out or []), 1e-12))
     typical = float(np.median(r))
     onset = None
     if stats.n_steps >= ONSET_MIN_AFTER + ONSET_MIN_BEFORE:
         cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
-        if cp is not None and cp.z >= ONSET_Z and cp.after > 0:
-            jump = cp.after - cp.before
-            low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
-            clean = low_before and jump >= 0.5 * max(typical, cp.after)
-            if clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor):
-                onset = cp
-                typical = cp.after
+        if cp is not None and cp.z >= ONSET_Z and cp.after > 0 and _onset_holds(r, cp, typical, floor):
+            onset = cp
+        else:
+            onset = _joint_onset(stats, cell, floor, leave_out or [], r, typical)
+        if onset is not None:
+            typical = onset.after
     thr = step_threshold(typical, floor)
     affected = r if onset is None else r[onset.index:]
     persist = float(np.mean(affected >= thr)) if typical > 0 else 0.0
     return CellTiming(cell, r, typical, persist, onset)
+
+
+def _onset_holds(r: np.ndarray, cp: ChangePoint, typical: float, floor: NoiseFloor) -> bool:
+    """Whether a change point of the compute ratio ``r`` reads as normal-then-slow in compute
+    terms: the level before low (within twice the floor, or a quarter of the level after), the
+    jump at least half the slow level, and the steps before under the slow-step threshold."""
+    jump = cp.after - cp.before
+    low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
+    clean = low_before and jump >= 0.5 * max(typical, cp.after)
+    return clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor)
+
+
+def _joint_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
+                 leave_out: list[tuple[int, int]], r: np.ndarray, typical: float) -> ChangePoint | None:
+    """An onset read from compute and optimizer together (``peers.joint_series``,
+    ``peers.level_shift``), returned in compute units (before/after = the compute ratio's means).
+
+    On a busy host a worker's compute moves by +-50% from step to step, so a 1.5x throttle
+    that starts mid-window rarely leaves a clean jump in compute alone; its optimizer step, a
+    second and independent measurement of the same machine, moves with it. None without
+    optimizer ops or when the combined series shows no healthy-then-slow shift."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return None
+    ro = np.log(np.maximum(peer_ratio(stats.optimizer, cell, leave_out), 1e-12))
+    u = joint_series([r, ro], [floor.step, floor.optimizer])
+    jp = level_shift(u, ONSET_MIN_BEFORE, ONSET_MIN_AFTER, ONSET_JOINT_Z, ONSET_BEFORE_Z, ONSET_Z)
+    if jp is None:
+        return None
+    k = jp.index
+    cp = ChangePoint(k, float(np.mean(r[:k])), float(np.mean(r[k:])), jp.z)
+    # In compute terms too: the steps before within ONSET_BEFORE_Z standard errors of the peers
+    # (the noise-aware form of _onset_holds's level test) and the jump most of the slow level.
+    healthy_before = cp.before <= ONSET_BEFORE_Z * floor.step / np.sqrt(k)
+    if cp.after <= 0 or not healthy_before or cp.after - cp.before < 0.5 * max(typical, cp.after):
+        return None
+    return cp
 
 
 def step_threshold(typical: float, floor: NoiseFloor) -> float:
@@ -250,6 +295,15 @@ def optimizer_ratio(
     return float(np.mean(vals)) if vals else None
 
 
+def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
+    """The job's noise floor of compute ratios (``peers.noise_floor``, the candidates left out),
+    with the optimizer's step spread beside it when every worker-step has an optimizer op."""
+    floor = noise_floor(stats.compute, exclude=exclude)
+    if (stats.optimizer > 0).all():
+        floor.optimizer = noise_floor(stats.optimizer, exclude=exclude).step
+    return floor
+
+
 def _timings(
     stats: TraceStats, report: WhatIfReport
 ) -> tuple[list[CellTiming], list[int] | None, NoiseFloor] | None:
@@ -262,7 +316,7 @@ def _timings(
     candidates = hot_cells(report)
     if not candidates:
         return None
-    floor = noise_floor(stats.compute, exclude=candidates)
+    floor = job_floor(stats, candidates)
     hosts = host_cluster(stats, candidates)
     if hosts is not None:
         cells = slow_cells(stats, candidates)
@@ -499,7 +553,7 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     if sw_z < bar:
         return None
     cell = (d, p)
-    floor = noise_floor(stats.compute, exclude=[cell])
+    floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
     # few steps of heavy noise a healthy worker is above its peers in most steps by chance.

@@ -90,6 +90,9 @@ class NoiseFloor:
     worker: float
     n_steps: int
     n_workers: int
+    # The step spread of the optimizer's ratios (None when the trace has no optimizer ops): a
+    # second, independent look at a worker's speed (a slow machine slows its optimizer too).
+    optimizer: float | None = None
 
     def typical_sigma(self) -> float:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
@@ -141,6 +144,37 @@ def change_point(series: Arr, sigma: float, min_after: int = 2, min_before: int 
         if best is None or z > best.z:
             best = ChangePoint(k, float(a.mean()), float(b.mean()), z)
     return best
+
+
+# Each type's standardised ratio is clipped here before the types are combined: one type's
+# heavy-tailed spike (a descheduled optimizer step ten times its peers') cannot decide alone.
+JOINT_CLIP = 3.0
+
+
+def joint_series(ratios: list[Arr], sigmas: list[float]) -> Arr:
+    """(S,) several independent per-step log ratios of one worker (e.g. compute and optimizer)
+    combined into one series of unit noise: each divided by its own noise floor and clipped at
+    ``JOINT_CLIP``, summed, over sqrt(number of series) (Stouffer's combination)."""
+    z = [np.clip(r / max(s, MIN_SIGMA), -JOINT_CLIP, JOINT_CLIP) for r, s in zip(ratios, sigmas, strict=True)]
+    return np.asarray(np.sum(z, axis=0) / np.sqrt(max(len(z), 1)), dtype=np.float64)
+
+
+def level_shift(
+    u: Arr, min_before: int, min_after: int, z_jump: float, z_before: float, z_after: float
+) -> ChangePoint | None:
+    """An onset in a unit-noise series ``u`` (``joint_series``): the best clean change point
+    (``change_point``) whose jump is at least ``z_jump`` standard errors, whose steps before sit at
+    the healthy level (their mean within ``z_before`` standard errors of 0) and whose steps after
+    stand at least ``z_after`` standard errors above it. Unlike a bare jump, this asks where the
+    worker started: a persistently slow worker whose first steps happen to be a little faster is
+    not at the healthy level before any split."""
+    cp = change_point(u, 1.0, min_after=min_after, min_before=min_before)
+    if cp is None or cp.z < z_jump:
+        return None
+    n_before, n_after = cp.index, len(u) - cp.index
+    if cp.before * np.sqrt(n_before) > z_before or cp.after * np.sqrt(n_after) < z_after:
+        return None
+    return cp
 
 
 def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) -> bool:
