@@ -124,7 +124,7 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     ranks = ranks[:, ranks.std(axis=0) > 0]
     if ranks.shape[1] < 2:
         return 0.0, 0.0
-    c = np.corrcoef(ranks.T)
+    c = np.atleast_2d(np.asarray(np.corrcoef(ranks.T), dtype=np.float64))
     iu = np.triu_indices(c.shape[0], 1)
     mean = float(np.mean(c[iu]))
     return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
