@@ -50,3 +50,14 @@ rec heldout2 var-seq-3x2            --dp 3 --pp 2 --steps 6 --seed 80 --var-seq 
 rec heldout2 var-seq-2x2            --dp 2 --pp 2 --steps 6 --seed 81 --var-seq --seq 64
 rec heldout2 gc-pause-2x3           --dp 2 --pp 3 --steps 6 --seed 82 --gc-pause
 rec heldout2 dataloader-stall-4x2   --dp 4 --pp 2 --steps 6 --seed 83 --stall-rank 6 --stall-ms 100
+# --- tuning, second round (shapes the first tuning part lacked: 3x2, 2x4; recorded before heldout2 was diagnosed) ---
+rec tune healthy-3x2-s91           --dp 3 --pp 2 --steps 6 --seed 91
+rec tune slow-rank-3x2-s92         --dp 3 --pp 2 --steps 6 --seed 92 --slow-rank 2 --slow-ms 10
+rec tune onset-3x2-s93             --dp 3 --pp 2 --steps 8 --seed 93 --slow-rank 3 --slow-ms 15 --slow-from-step 5
+rec tune send-delay-3x2-s94        --dp 3 --pp 2 --steps 6 --seed 94 --send-delay-rank 2 --send-delay-ms 20
+rec tune var-seq-3x2-s95           --dp 3 --pp 2 --steps 6 --seed 95 --var-seq --seq 64
+rec tune layers-3x2-s96            --dp 3 --pp 2 --steps 6 --seed 96 --layers-per-stage 1,3
+rec tune dataloader-stall-3x2-s97  --dp 3 --pp 2 --steps 6 --seed 97 --stall-rank 4 --stall-ms 80
+rec tune gc-pause-3x2-s98          --dp 3 --pp 2 --steps 6 --seed 98 --gc-pause
+rec tune healthy-2x4-s99           --dp 2 --pp 4 --steps 6 --seed 99
+rec tune slow-rank-2x4-s100        --dp 2 --pp 4 --steps 6 --seed 100 --slow-rank 5 --slow-ms 10
