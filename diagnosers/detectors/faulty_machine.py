@@ -36,11 +36,13 @@ from diagnosers.detectors.base import (
     rounded,
 )
 from diagnosers.detectors.peers import (
+    JOINT_CLIP,
     ChangePoint,
     NoiseFloor,
     change_point,
     joint_series,
     level_shift,
+    log_ratios,
     noise_floor,
     partition_explains,
     peer_ratio,
@@ -79,6 +81,8 @@ MIN_EXCESS = 0.02
 # at least ONSET_Z standard errors above it.
 ONSET_JOINT_Z = 2.5
 ONSET_BEFORE_Z = 2.0
+# The joint outlier test needs at least this many (affected) steps.
+JOINT_MIN_STEPS = 3
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -207,13 +211,36 @@ def own_slow(stats: TraceStats, cells: list[tuple[int, int]], floor: NoiseFloor)
     Each cell is compared with its stage peers with only itself left out: in small DP the peer of a
     slow worker is hot too (it waits in the collectives) but its own compute is normal or fast, so
     it drops out here. Kept: typical excess at least half the slowest cell's and above the noise
-    (``OWN_Z`` standard errors of a typical ratio)."""
+    (``OWN_Z`` standard errors of a typical ratio) — in compute alone, or in compute and optimizer
+    together (``joint_typical_z``: on a busy host a few steps of compute cannot show a 1.3x worker
+    at 3 standard errors, its optimizer step, slow too on a slow machine, adds the evidence)."""
     timings = [cell_timing(stats, c, floor) for c in cells]
     top = max((t.typical for t in timings), default=0.0)
     if top <= 0:
         return []
-    bar = max(0.5 * top, OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS))
-    return [t for t in timings if t.typical >= bar]
+    least = max(0.5 * top, np.log(1.0 + MIN_EXCESS))
+    bar = max(least, OWN_Z * floor.typical_sigma())
+    return [
+        t
+        for t in timings
+        if t.typical >= bar or (t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z)
+    ]
+
+
+def joint_typical_z(stats: TraceStats, t: CellTiming, floor: NoiseFloor) -> float:
+    """How many standard errors the cell's typical compute and optimizer ratios to its peers stand
+    above them, combined (each typical over its step spread / sqrt(steps), clipped at
+    ``peers.JOINT_CLIP``, Stouffer's sum); over the affected steps of an onset. -inf without
+    optimizer ops in every worker-step."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return float("-inf")
+    aff = t.affected
+    n = max(int(aff.sum()), 1)
+    ro = np.log(np.maximum(peer_ratio(stats.optimizer, t.cell), 1e-12))[aff]
+    se_c = max(floor.step, 1e-12) * 1.25 / np.sqrt(n)
+    se_o = max(floor.optimizer, 1e-12) * 1.25 / np.sqrt(n)
+    z = np.clip([t.typical / se_c, float(np.median(ro)) / se_o], -JOINT_CLIP, JOINT_CLIP)
+    return float(z.sum() / np.sqrt(2.0))
 
 
 def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None,
@@ -242,6 +269,47 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     if floor is not None and affected is not None:
         sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
+
+
+def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray,
+                        floor: NoiseFloor) -> float:
+    """``outlier_z`` for the optimizer step, in log units (one descheduled optimizer step can be
+    ten times its peers'): the smallest, over the cells, of the log speed factor's distance from
+    the other workers' median, over the larger of their MAD and ``floor.optimizer`` / sqrt(steps).
+    -inf without optimizer ops in every worker-step."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return float("-inf")
+    opt = stats.optimizer[affected]
+    ref = peer_reference(opt, cells)[:, None, :]
+    factor = np.median(np.log(np.maximum(opt, 1e-12) / np.maximum(ref, 1e-12)), axis=0)  # (dp, pp)
+    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        inside[d, p] = True
+    others = factor[~inside & (stats.rank_of >= 0)]
+    if others.size < 2:
+        return float("-inf")
+    med = float(np.median(others))
+    step_se = floor.optimizer * 1.25 / np.sqrt(max(int(affected.sum()), 1))
+    sigma = max(1.4826 * float(np.median(np.abs(others - med))), step_se)
+    return float(min((factor[d, p] - med) / max(sigma, 1e-12) for d, p in cells))
+
+
+def small_job_outlier_bar(n_workers: int) -> float:
+    """The joint (compute and optimizer) outlier bar: about sqrt(2 ln n) (where the slowest of n
+    healthy workers sits) plus 2, and never above ``OUTLIER_Z`` (large fleets keep that bar)."""
+    return float(min(OUTLIER_Z, np.sqrt(2.0 * np.log(max(n_workers, 2))) + 2.0))
+
+
+def joint_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray,
+                    floor: NoiseFloor, z_compute: float) -> float:
+    """Compute's and the optimizer's outlier z-scores combined (each clipped at
+    ``peers.JOINT_CLIP``, Stouffer's sum): two independent measurements of the same machine's
+    speed. -inf without optimizer ops."""
+    z_opt = optimizer_outlier_z(stats, cells, affected, floor)
+    if not np.isfinite(z_opt):
+        return float("-inf")
+    parts = np.clip([z_compute, z_opt], -JOINT_CLIP, JOINT_CLIP)
+    return float(parts.sum() / np.sqrt(2.0))
 
 
 def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
@@ -332,7 +400,30 @@ def _timings(
         # One DP rank: no stage peers; compare with the other stages (peer_reference's fallback).
         cells = slow_cells(stats, candidates)
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], None, floor
+    n_workers = stats.dp * stats.pp
+    if len(candidates) > max(1, n_workers // 4):
+        # S_w singles nobody out (on a busy host every worker's own noise costs the job about
+        # as much): pick the suspects by their own compute against their stage peers instead.
+        candidates = own_suspects(stats, max(1, n_workers // 4))
+        if not candidates:
+            return None
+        floor = job_floor(stats, candidates)
     return own_slow(stats, candidates, floor), None, floor
+
+
+def own_suspects(stats: TraceStats, limit: int) -> list[tuple[int, int]]:
+    """Up to ``limit`` cells whose own compute is slowest against their stage peers: typical
+    (median over steps) log ratio to the peers, each cell left out of its own reference, above 0
+    and at least half the slowest cell's; slowest first. The candidates when S_w is hot nearly
+    everywhere; ``own_slow`` and every later test still judge them against the noise floor."""
+    typical = np.median(log_ratios(stats.compute), axis=0)  # (dp, pp), NaN without peers
+    typical = np.where(np.isfinite(typical), typical, -np.inf)
+    top = float(typical.max())
+    if not np.isfinite(top) or top <= 0:
+        return []
+    order = np.argsort(-typical, axis=None)
+    cells = [(int(i // stats.pp), int(i % stats.pp)) for i in order]
+    return [c for c in cells if typical[c] >= 0.5 * top][:limit]
 
 
 def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list[CellTiming], bool] | None:
@@ -388,8 +479,15 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     persist = float(min(t.persist for t in kept))
     peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
     z = outlier_z(stats, cells, affected, floor)
-    if z < OUTLIER_Z:
-        return None  # the slowest of a normal spread of GPU speeds, not a faulty machine
+    # The slowest of a normal spread of GPU speeds is not a faulty machine. On a busy host a few
+    # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second
+    # measurement a small job's bar (about where its slowest healthy worker sits, plus 2) holds.
+    # Not from two steps: a median of two noisy ratios is no speed factor.
+    joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
+        joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
+    )
+    if z < OUTLIER_Z and not joint_ok:
+        return None
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells, affected)
