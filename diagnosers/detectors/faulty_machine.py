@@ -40,9 +40,11 @@ from diagnosers.detectors.peers import (
     ChangePoint,
     NoiseFloor,
     change_point,
+    joint_scale,
     joint_series,
     level_shift,
     log_ratios,
+    noise_correlation,
     noise_floor,
     partition_explains,
     peer_ratio,
@@ -83,6 +85,9 @@ ONSET_JOINT_Z = 2.5
 ONSET_BEFORE_Z = 2.0
 # The joint outlier test needs at least this many (affected) steps.
 JOINT_MIN_STEPS = 3
+# The optimizer counts as a second measurement only while its step-to-step noise correlates with
+# compute's at no more than this (a generator's per-worker-step factor moves both alike: ~0.98).
+JOINT_MAX_RHO = 0.5
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -186,7 +191,7 @@ def _joint_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
     if floor.optimizer is None or not (stats.optimizer > 0).all():
         return None
     ro = np.log(np.maximum(peer_ratio(stats.optimizer, cell, leave_out), 1e-12))
-    u = joint_series([r, ro], [floor.step, floor.optimizer])
+    u = joint_series([r, ro], [floor.step, floor.optimizer], floor.joint_rho)
     jp = level_shift(u, ONSET_MIN_BEFORE, ONSET_MIN_AFTER, ONSET_JOINT_Z, ONSET_BEFORE_Z, ONSET_Z)
     if jp is None:
         return None
@@ -240,7 +245,7 @@ def joint_typical_z(stats: TraceStats, t: CellTiming, floor: NoiseFloor) -> floa
     se_c = max(floor.step, 1e-12) * 1.25 / np.sqrt(n)
     se_o = max(floor.optimizer, 1e-12) * 1.25 / np.sqrt(n)
     z = np.clip([t.typical / se_c, float(np.median(ro)) / se_o], -JOINT_CLIP, JOINT_CLIP)
-    return float(z.sum() / np.sqrt(2.0))
+    return float(z.sum() / joint_scale(2, floor.joint_rho))
 
 
 def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None,
@@ -309,7 +314,7 @@ def joint_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: n
     if not np.isfinite(z_opt):
         return float("-inf")
     parts = np.clip([z_compute, z_opt], -JOINT_CLIP, JOINT_CLIP)
-    return float(parts.sum() / np.sqrt(2.0))
+    return float(parts.sum() / joint_scale(2, floor.joint_rho))
 
 
 def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
@@ -365,10 +370,16 @@ def optimizer_ratio(
 
 def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
     """The job's noise floor of compute ratios (``peers.noise_floor``, the candidates left out),
-    with the optimizer's step spread beside it when every worker-step has an optimizer op."""
+    with the optimizer's step spread beside it when every worker-step has an optimizer op and its
+    noise is not mostly compute's (``peers.noise_correlation`` at most ``JOINT_MAX_RHO``)."""
     floor = noise_floor(stats.compute, exclude=exclude)
     if (stats.optimizer > 0).all():
         floor.optimizer = noise_floor(stats.optimizer, exclude=exclude).step
+        # Independent only as far as the job's noise says: a per-worker-step slowdown (a busy
+        # host's whole step) moves both, burst contention mostly one.
+        floor.joint_rho = noise_correlation(stats.compute, stats.optimizer, exclude)
+        if floor.joint_rho > JOINT_MAX_RHO:
+            floor.optimizer = None  # mostly the same noise again: no second measurement
     return floor
 
 
@@ -404,11 +415,21 @@ def _timings(
     if len(candidates) > max(1, n_workers // 4):
         # S_w singles nobody out (on a busy host every worker's own noise costs the job about
         # as much): pick the suspects by their own compute against their stage peers instead.
+        hot = candidates
         candidates = own_suspects(stats, max(1, n_workers // 4))
         if not candidates:
             return None
-        floor = job_floor(stats, candidates)
+        if not _noise_sample_left(stats, hot):
+            # Every stage was (nearly) all hot: no noise left to measure outside the hot set.
+            floor = job_floor(stats, candidates)
     return own_slow(stats, candidates, floor), None, floor
+
+
+def _noise_sample_left(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether some stage keeps at least two workers outside ``cells`` (a peer pair whose ratios
+    measure the noise floor)."""
+    inside = {(int(d), int(p)) for d, p in cells}
+    return any(sum((d, p) not in inside for d in range(stats.dp)) >= 2 for p in range(stats.pp))
 
 
 def own_suspects(stats: TraceStats, limit: int) -> list[tuple[int, int]]:

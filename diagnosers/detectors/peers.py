@@ -93,6 +93,9 @@ class NoiseFloor:
     # The step spread of the optimizer's ratios (None when the trace has no optimizer ops): a
     # second, independent look at a worker's speed (a slow machine slows its optimizer too).
     optimizer: float | None = None
+    # The correlation (>= 0) of compute's and the optimizer's step-to-step deviations: how far the
+    # optimizer is an *independent* second measurement (0) or the same noise again (1).
+    joint_rho: float = 0.0
 
     def typical_sigma(self) -> float:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
@@ -151,12 +154,39 @@ def change_point(series: Arr, sigma: float, min_after: int = 2, min_before: int 
 JOINT_CLIP = 3.0
 
 
-def joint_series(ratios: list[Arr], sigmas: list[float]) -> Arr:
-    """(S,) several independent per-step log ratios of one worker (e.g. compute and optimizer)
-    combined into one series of unit noise: each divided by its own noise floor and clipped at
-    ``JOINT_CLIP``, summed, over sqrt(number of series) (Stouffer's combination)."""
+def joint_series(ratios: list[Arr], sigmas: list[float], rho: float = 0.0) -> Arr:
+    """(S,) several per-step log ratios of one worker (e.g. compute and optimizer) combined into
+    one series of unit noise: each divided by its own noise floor and clipped at ``JOINT_CLIP``,
+    summed, over the sum's standard deviation when the series' noise correlates at ``rho``
+    (sqrt(k + k (k - 1) rho); Stouffer's combination for independent series, rho = 0)."""
     z = [np.clip(r / max(s, MIN_SIGMA), -JOINT_CLIP, JOINT_CLIP) for r, s in zip(ratios, sigmas, strict=True)]
-    return np.asarray(np.sum(z, axis=0) / np.sqrt(max(len(z), 1)), dtype=np.float64)
+    return np.asarray(np.sum(z, axis=0) / joint_scale(len(z), rho), dtype=np.float64)
+
+
+def joint_scale(k: int, rho: float) -> float:
+    """Standard deviation of a sum of ``k`` unit-noise series whose noise correlates at ``rho``."""
+    k = max(k, 1)
+    return float(np.sqrt(k + k * (k - 1) * min(max(rho, 0.0), 1.0)))
+
+
+def noise_correlation(a: Arr, b: Arr, exclude: Iterable[tuple[int, int]] = ()) -> float:
+    """The correlation (clipped at 0) of two (S, dp, pp) per-step measurements' deviations from
+    each worker's own typical log ratio to its peers (``log_ratios``, ``exclude`` left out): 0 when
+    their step-to-step noise is independent, 1 when it is the same noise (e.g. one per-worker-step
+    factor slowing both). 0 with fewer than 4 values."""
+    ex = list(exclude)
+    ra, rb = log_ratios(a, ex), log_ratios(b, ex)
+    ok = np.isfinite(ra) & np.isfinite(rb)
+    if ok.sum() < 4:
+        return 0.0
+    cols = ok.all(axis=0)  # workers with peers in every step (the rest are all-NaN)
+    if cols.sum() < 2:
+        return 0.0
+    da = (ra[:, cols] - np.median(ra[:, cols], axis=0, keepdims=True)).ravel()
+    db = (rb[:, cols] - np.median(rb[:, cols], axis=0, keepdims=True)).ravel()
+    if da.std() <= 0 or db.std() <= 0:
+        return 0.0
+    return max(0.0, float(np.corrcoef(da, db)[0, 1]))
 
 
 def level_shift(
