@@ -88,3 +88,41 @@ def test_real_recordings_silent_misses_at_most_as_measured(real: dict[str, list[
 def test_tuning_recordings_each_mechanism(real: dict[str, list[recordings.Scored]], name: str) -> None:
     (r,) = [r for r in real["tune"] if r.name == name]
     assert r.right, f"{name}: {r.got}"
+
+
+# The second held-out part (tests/data/kineto_widened/heldout2): recorded and committed before the
+# second round of detector changes, diagnosed once at its end (docs/ACCURACY.md): 11 of 15 right.
+HELDOUT2_RIGHT = [
+    "dataloader-stall-4x2",
+    "gc-pause-2x3",
+    "healthy-3x2",
+    "layers-2x3",
+    "layers-3x2",
+    "onset-2x3",
+    "onset-3x2",
+    "send-delay-3x2",
+    "slow-rank-3x2",
+    "var-seq-2x2",
+    "var-seq-3x2",
+]
+
+
+@pytest.fixture(scope="module")
+def heldout2() -> dict[str, recordings.Scored]:
+    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout2"))}
+    assert len(out) == 15, "a recording is missing"
+    return out
+
+
+def test_second_heldout_part_at_least_as_measured(heldout2: dict[str, recordings.Scored]) -> None:
+    assert sum(r.right for r in heldout2.values()) >= 11
+    # the measured misses (docs/ACCURACY.md): one false faulty-machine on a healthy 2x4 recording,
+    # one silent miss (slow-rank-weak-4x2); neither may grow
+    assert sum(r.false_machine_or_gc for r in heldout2.values()) <= 1
+    assert sum(r.silent_miss for r in heldout2.values()) <= 1
+
+
+@pytest.mark.parametrize("name", HELDOUT2_RIGHT)
+def test_second_heldout_part_each_right_one(heldout2: dict[str, recordings.Scored], name: str) -> None:
+    r = heldout2[name]
+    assert r.right, f"{name}: {r.got}"
