@@ -18,6 +18,14 @@ Evidence, all of which must hold:
   slowdown, or putting only their compute back into the ideal run recreates that share (the
   host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
   in small jobs, and is reported as evidence).
+
+On a busy host (real recordings, +-50% step-to-step noise between identical ranks) three of these
+read compute and the optimizer step together, two measurements of the same machine, wherever the
+job's own noise says they are independent (``job_floor``: correlation of their step noise at
+most ``JOINT_MAX_RHO``): the onset test (``_joint_onset``), the own-compute test (``own_slow``) and
+the outlier test (``joint_outlier_z`` against ``small_job_outlier_bar``). When S_w is hot nearly
+everywhere (every worker's own noise costs the job as much), the suspects are the workers whose
+own compute is slowest against their stage peers (``own_suspects``).
 """
 
 from __future__ import annotations
