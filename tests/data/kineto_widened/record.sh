@@ -61,3 +61,13 @@ rec tune dataloader-stall-3x2-s97  --dp 3 --pp 2 --steps 6 --seed 97 --stall-ran
 rec tune gc-pause-3x2-s98          --dp 3 --pp 2 --steps 6 --seed 98 --gc-pause
 rec tune healthy-2x4-s99           --dp 2 --pp 4 --steps 6 --seed 99
 rec tune slow-rank-2x4-s100        --dp 2 --pp 4 --steps 6 --seed 100 --slow-rank 5 --slow-ms 10
+# --- held out, third set (recorded after the second round's last detector change; diagnosed once) ---
+rec heldout3 healthy-2x3            --dp 2 --pp 3 --steps 6 --seed 111
+rec heldout3 slow-rank-4x2          --dp 4 --pp 2 --steps 6 --seed 112 --slow-rank 6 --slow-ms 10
+rec heldout3 slow-rank-2x2          --dp 2 --pp 2 --steps 6 --seed 113 --slow-rank 0 --slow-ms 15
+rec heldout3 onset-2x2              --dp 2 --pp 2 --steps 8 --seed 114 --slow-rank 3 --slow-ms 20 --slow-from-step 4
+rec heldout3 layers-2x4             --dp 2 --pp 4 --steps 6 --seed 115 --layers-per-stage 3,1,1,1
+rec heldout3 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 116 --send-delay-rank 1 --send-delay-ms 15
+rec heldout3 var-seq-2x3            --dp 2 --pp 3 --steps 6 --seed 117 --var-seq --seq 64
+rec heldout3 gc-pause-2x2           --dp 2 --pp 2 --steps 6 --seed 118 --gc-pause
+rec heldout3 dataloader-stall-3x2   --dp 3 --pp 2 --steps 6 --seed 119 --stall-rank 1 --stall-ms 100
