@@ -126,3 +126,34 @@ def test_second_heldout_part_at_least_as_measured(heldout2: dict[str, recordings
 def test_second_heldout_part_each_right_one(heldout2: dict[str, recordings.Scored], name: str) -> None:
     r = heldout2[name]
     assert r.right, f"{name}: {r.got}"
+
+
+# The third held-out part (heldout3): recorded after the second round's last change, run once.
+HELDOUT3_RIGHT = [
+    "gc-pause-2x2",
+    "layers-2x4",
+    "onset-2x2",
+    "send-delay-4x2",
+    "slow-rank-2x2",
+    "slow-rank-4x2",
+]
+
+
+@pytest.fixture(scope="module")
+def heldout3() -> dict[str, recordings.Scored]:
+    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout3"))}
+    assert len(out) == 9, "a recording is missing"
+    return out
+
+
+def test_third_heldout_part_at_least_as_measured(heldout3: dict[str, recordings.Scored]) -> None:
+    assert sum(r.right for r in heldout3.values()) >= 6
+    healthy = [r for r in heldout3.values() if r.healthy]
+    assert len(healthy) == 1 and not healthy[0].false_machine_or_gc
+    assert sum(r.silent_miss for r in heldout3.values()) == 0
+
+
+@pytest.mark.parametrize("name", HELDOUT3_RIGHT)
+def test_third_heldout_part_each_right_one(heldout3: dict[str, recordings.Scored], name: str) -> None:
+    r = heldout3[name]
+    assert r.right, f"{name}: {r.got}"
