@@ -19,7 +19,12 @@ last stage: the example's last stage really carries extra work (a head ``Linear`
 A *silent miss* is a recording with an injected worker that gets no cause although S_w's hottest
 worker is that worker.
 
-    .venv/bin/python bench/recordings.py [--part tune|heldout|all] [--verbose]
+    .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|all] [--verbose]
+
+Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
+part was looked at and then joined the tuning data), ``heldout2`` (the second held-out part,
+recorded and committed before the detector changes that followed, diagnosed once at the end),
+``heldout3`` (recorded after those changes were final, diagnosed once), ``all``.
 """
 
 from __future__ import annotations
@@ -161,8 +166,11 @@ def _matches(top: Any, exp: Expected) -> bool:
     return not exp.onset or top.pattern.temporal == Temporal.ONSET
 
 
+PARTS = {"tuning": ["tune", "heldout"], "all": ["tune", "heldout", "heldout2", "heldout3"]}
+
+
 def folders(part: str) -> list[Path]:
-    parts = ["tune", "heldout"] if part == "all" else [part]
+    parts = PARTS.get(part, [part])
     out = []
     for p in parts:
         for f in sorted((ROOT / p).iterdir()) if (ROOT / p).is_dir() else []:
@@ -176,7 +184,8 @@ def folders(part: str) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["tune", "heldout", "all"], default="tune")
+    parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "all"]
+    ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     res = [score_folder(f) for f in folders(args.part)]

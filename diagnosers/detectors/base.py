@@ -224,6 +224,9 @@ class TraceStats:
     probe: Probe | None = None
     op_start: npt.NDArray[np.float64] | None = None  # per op: start time (seconds), for batched P2P
     layers_per_stage: list[int] | None = None  # from the job metadata, when known
+    # per op: its microbatch (the trace's microbatch id, else its position among the worker's ops
+    # of its type in the step); None when not known
+    op_mb: npt.NDArray[np.int32] | None = None
     notes: list[str] = field(default_factory=list)
     _op_worker: npt.NDArray[np.int32] | None = field(default=None, init=False, repr=False, compare=False)
 

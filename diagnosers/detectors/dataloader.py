@@ -9,7 +9,10 @@ first forward (METHOD.md A3, A5). Evidence, all of which must hold:
   for at least half of that unexplained time, and for at least ``MIN_SHARE`` of all lost time
   (measured step time over the ideal one);
 Stalling workers are those whose mean gap is at least half the largest worker's; stalling steps
-those whose largest gap is at least half the largest step's.
+those whose largest gap is at least half the largest step's. A gap on more than half the workers
+of a job of at least 4 in only some steps (sporadic) is not one input pipeline running late but
+the whole host pausing (on a busy machine every process is descheduled at once): it is named in
+the diagnosis notes as a job-wide stall, not reported as a dataloader stall.
 """
 
 from __future__ import annotations
@@ -56,6 +59,15 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     else:
         spatial = Spatial.RANDOM_DP
     temporal = Temporal.PERSISTENT if len(steps_hit) >= 0.75 * stats.n_steps else Temporal.SPORADIC
+    if temporal == Temporal.SPORADIC and n_workers >= 4 and len(cells) > n_workers / 2:
+        note = (
+            f"job-wide stall: {len(cells)} of {n_workers} workers idled before their first forward in "
+            f"steps {steps_hit} ({stall * 1e3:.0f} ms per step on average); a host-wide pause, not one "
+            "input pipeline, so no dataloader stall is reported"
+        )
+        if note not in stats.notes:
+            stats.notes.append(note)
+        return None
     # Rank against other causes on the same scale: the share of all lost time (actual step time
     # over the ideal one) that the stall accounts for.
     t_ideal = float(np.mean(list(report.step_times.ideal.values()))) if report.step_times.ideal else t_actual

@@ -18,6 +18,14 @@ Evidence, all of which must hold:
   slowdown, or putting only their compute back into the ideal run recreates that share (the
   host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
   in small jobs, and is reported as evidence).
+
+On a busy host (real recordings, +-50% step-to-step noise between identical ranks) three of these
+read compute and the optimizer step together, two measurements of the same machine, wherever the
+job's own noise says they are independent (``job_floor``: correlation of their step noise at
+most ``JOINT_MAX_RHO``): the onset test (``_joint_onset``), the own-compute test (``own_slow``) and
+the outlier test (``joint_outlier_z`` against ``small_job_outlier_bar``). When S_w is hot nearly
+everywhere (every worker's own noise costs the job as much), the suspects are the workers whose
+own compute is slowest against their stage peers (``own_suspects``).
 """
 
 from __future__ import annotations
@@ -36,9 +44,15 @@ from diagnosers.detectors.base import (
     rounded,
 )
 from diagnosers.detectors.peers import (
+    JOINT_CLIP,
     ChangePoint,
     NoiseFloor,
     change_point,
+    joint_scale,
+    joint_series,
+    level_shift,
+    log_ratios,
+    noise_correlation,
     noise_floor,
     partition_explains,
     peer_ratio,
@@ -71,6 +85,17 @@ ONSET_MIN_BEFORE = 2
 # standard errors above the noise floor, and at least MIN_EXCESS (2%) above them.
 OWN_Z = 3.0
 MIN_EXCESS = 0.02
+# The joint onset test (compute and optimizer ratios combined, ``peers.level_shift``), for jobs
+# whose compute alone is too noisy for ONSET_Z: a jump of at least ONSET_JOINT_Z standard errors,
+# the steps before at the healthy level (within 2 standard errors of the peers), the steps after
+# at least ONSET_Z standard errors above it.
+ONSET_JOINT_Z = 2.5
+ONSET_BEFORE_Z = 2.0
+# The joint outlier test needs at least this many (affected) steps.
+JOINT_MIN_STEPS = 3
+# The optimizer counts as a second measurement only while its step-to-step noise correlates with
+# compute's at no more than this (a generator's per-worker-step factor moves both alike: ~0.98).
+JOINT_MAX_RHO = 0.5
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -131,24 +156,61 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
 
     A step is slow when its log ratio reaches ``step_threshold``: half the cell's typical excess
     where the noise is small, down to a quarter of it (never below the floor) where the job is
-    noisy. An onset is a clean upward change point (``peers.change_point``) whose jump stands at
-    least ``ONSET_Z`` noise units out, with the steps before it at the healthy level."""
+    noisy. An onset is a clean upward change point (``peers.change_point``) in the compute ratio
+    whose jump stands at least ``ONSET_Z`` noise units out, or, where compute alone is too noisy,
+    one in the compute and optimizer ratios combined (``_joint_onset``); either way with the steps
+    before it at the healthy level (``_onset_holds``)."""
     r = np.log(np.maximum(peer_ratio(stats.compute, cell, leave_out or []), 1e-12))
     typical = float(np.median(r))
     onset = None
     if stats.n_steps >= ONSET_MIN_AFTER + ONSET_MIN_BEFORE:
         cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
-        if cp is not None and cp.z >= ONSET_Z and cp.after > 0:
-            jump = cp.after - cp.before
-            low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
-            clean = low_before and jump >= 0.5 * max(typical, cp.after)
-            if clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor):
-                onset = cp
-                typical = cp.after
+        if cp is not None and cp.z >= ONSET_Z and cp.after > 0 and _onset_holds(r, cp, typical, floor):
+            onset = cp
+        else:
+            onset = _joint_onset(stats, cell, floor, leave_out or [], r, typical)
+        if onset is not None:
+            typical = onset.after
     thr = step_threshold(typical, floor)
     affected = r if onset is None else r[onset.index:]
     persist = float(np.mean(affected >= thr)) if typical > 0 else 0.0
     return CellTiming(cell, r, typical, persist, onset)
+
+
+def _onset_holds(r: np.ndarray, cp: ChangePoint, typical: float, floor: NoiseFloor) -> bool:
+    """Whether a change point of the compute ratio ``r`` reads as normal-then-slow in compute
+    terms: the level before low (within twice the floor, or a quarter of the level after), the
+    jump at least half the slow level, and the steps before under the slow-step threshold."""
+    jump = cp.after - cp.before
+    low_before = cp.before <= max(2.0 * floor.step, 0.25 * cp.after)
+    clean = low_before and jump >= 0.5 * max(typical, cp.after)
+    return clean and float(np.mean(r[: cp.index])) < step_threshold(cp.after, floor)
+
+
+def _joint_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
+                 leave_out: list[tuple[int, int]], r: np.ndarray, typical: float) -> ChangePoint | None:
+    """An onset read from compute and optimizer together (``peers.joint_series``,
+    ``peers.level_shift``), returned in compute units (before/after = the compute ratio's means).
+
+    On a busy host a worker's compute moves by +-50% from step to step, so a 1.5x throttle
+    that starts mid-window rarely leaves a clean jump in compute alone; its optimizer step, a
+    second and independent measurement of the same machine, moves with it. None without
+    optimizer ops or when the combined series shows no healthy-then-slow shift."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return None
+    ro = np.log(np.maximum(peer_ratio(stats.optimizer, cell, leave_out), 1e-12))
+    u = joint_series([r, ro], [floor.step, floor.optimizer], floor.joint_rho)
+    jp = level_shift(u, ONSET_MIN_BEFORE, ONSET_MIN_AFTER, ONSET_JOINT_Z, ONSET_BEFORE_Z, ONSET_Z)
+    if jp is None:
+        return None
+    k = jp.index
+    cp = ChangePoint(k, float(np.mean(r[:k])), float(np.mean(r[k:])), jp.z)
+    # In compute terms too: the steps before within ONSET_BEFORE_Z standard errors of the peers
+    # (the noise-aware form of _onset_holds's level test) and the jump most of the slow level.
+    healthy_before = cp.before <= ONSET_BEFORE_Z * floor.step / np.sqrt(k)
+    if cp.after <= 0 or not healthy_before or cp.after - cp.before < 0.5 * max(typical, cp.after):
+        return None
+    return cp
 
 
 def step_threshold(typical: float, floor: NoiseFloor) -> float:
@@ -162,13 +224,36 @@ def own_slow(stats: TraceStats, cells: list[tuple[int, int]], floor: NoiseFloor)
     Each cell is compared with its stage peers with only itself left out: in small DP the peer of a
     slow worker is hot too (it waits in the collectives) but its own compute is normal or fast, so
     it drops out here. Kept: typical excess at least half the slowest cell's and above the noise
-    (``OWN_Z`` standard errors of a typical ratio)."""
+    (``OWN_Z`` standard errors of a typical ratio) — in compute alone, or in compute and optimizer
+    together (``joint_typical_z``: on a busy host a few steps of compute cannot show a 1.3x worker
+    at 3 standard errors, its optimizer step, slow too on a slow machine, adds the evidence)."""
     timings = [cell_timing(stats, c, floor) for c in cells]
     top = max((t.typical for t in timings), default=0.0)
     if top <= 0:
         return []
-    bar = max(0.5 * top, OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS))
-    return [t for t in timings if t.typical >= bar]
+    least = max(0.5 * top, np.log(1.0 + MIN_EXCESS))
+    bar = max(least, OWN_Z * floor.typical_sigma())
+    return [
+        t
+        for t in timings
+        if t.typical >= bar or (t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z)
+    ]
+
+
+def joint_typical_z(stats: TraceStats, t: CellTiming, floor: NoiseFloor) -> float:
+    """How many standard errors the cell's typical compute and optimizer ratios to its peers stand
+    above them, combined (each typical over its step spread / sqrt(steps), clipped at
+    ``peers.JOINT_CLIP``, Stouffer's sum); over the affected steps of an onset. -inf without
+    optimizer ops in every worker-step."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return float("-inf")
+    aff = t.affected
+    n = max(int(aff.sum()), 1)
+    ro = np.log(np.maximum(peer_ratio(stats.optimizer, t.cell), 1e-12))[aff]
+    se_c = max(floor.step, 1e-12) * 1.25 / np.sqrt(n)
+    se_o = max(floor.optimizer, 1e-12) * 1.25 / np.sqrt(n)
+    z = np.clip([t.typical / se_c, float(np.median(ro)) / se_o], -JOINT_CLIP, JOINT_CLIP)
+    return float(z.sum() / joint_scale(2, floor.joint_rho))
 
 
 def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None,
@@ -197,6 +282,47 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     if floor is not None and affected is not None:
         sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
+
+
+def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray,
+                        floor: NoiseFloor) -> float:
+    """``outlier_z`` for the optimizer step, in log units (one descheduled optimizer step can be
+    ten times its peers'): the smallest, over the cells, of the log speed factor's distance from
+    the other workers' median, over the larger of their MAD and ``floor.optimizer`` / sqrt(steps).
+    -inf without optimizer ops in every worker-step."""
+    if floor.optimizer is None or not (stats.optimizer > 0).all():
+        return float("-inf")
+    opt = stats.optimizer[affected]
+    ref = peer_reference(opt, cells)[:, None, :]
+    factor = np.median(np.log(np.maximum(opt, 1e-12) / np.maximum(ref, 1e-12)), axis=0)  # (dp, pp)
+    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        inside[d, p] = True
+    others = factor[~inside & (stats.rank_of >= 0)]
+    if others.size < 2:
+        return float("-inf")
+    med = float(np.median(others))
+    step_se = floor.optimizer * 1.25 / np.sqrt(max(int(affected.sum()), 1))
+    sigma = max(1.4826 * float(np.median(np.abs(others - med))), step_se)
+    return float(min((factor[d, p] - med) / max(sigma, 1e-12) for d, p in cells))
+
+
+def small_job_outlier_bar(n_workers: int) -> float:
+    """The joint (compute and optimizer) outlier bar: about sqrt(2 ln n) (where the slowest of n
+    healthy workers sits) plus 2, and never above ``OUTLIER_Z`` (large fleets keep that bar)."""
+    return float(min(OUTLIER_Z, np.sqrt(2.0 * np.log(max(n_workers, 2))) + 2.0))
+
+
+def joint_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray,
+                    floor: NoiseFloor, z_compute: float) -> float:
+    """Compute's and the optimizer's outlier z-scores combined (each clipped at
+    ``peers.JOINT_CLIP``, Stouffer's sum): two independent measurements of the same machine's
+    speed. -inf without optimizer ops."""
+    z_opt = optimizer_outlier_z(stats, cells, affected, floor)
+    if not np.isfinite(z_opt):
+        return float("-inf")
+    parts = np.clip([z_compute, z_opt], -JOINT_CLIP, JOINT_CLIP)
+    return float(parts.sum() / joint_scale(2, floor.joint_rho))
 
 
 def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
@@ -250,6 +376,21 @@ def optimizer_ratio(
     return float(np.mean(vals)) if vals else None
 
 
+def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
+    """The job's noise floor of compute ratios (``peers.noise_floor``, the candidates left out),
+    with the optimizer's step spread beside it when every worker-step has an optimizer op and its
+    noise is not mostly compute's (``peers.noise_correlation`` at most ``JOINT_MAX_RHO``)."""
+    floor = noise_floor(stats.compute, exclude=exclude)
+    if (stats.optimizer > 0).all():
+        floor.optimizer = noise_floor(stats.optimizer, exclude=exclude).step
+        # Independent only as far as the job's noise says: a per-worker-step slowdown (a busy
+        # host's whole step) moves both, burst contention mostly one.
+        floor.joint_rho = noise_correlation(stats.compute, stats.optimizer, exclude)
+        if floor.joint_rho > JOINT_MAX_RHO:
+            floor.optimizer = None  # mostly the same noise again: no second measurement
+    return floor
+
+
 def _timings(
     stats: TraceStats, report: WhatIfReport
 ) -> tuple[list[CellTiming], list[int] | None, NoiseFloor] | None:
@@ -262,7 +403,7 @@ def _timings(
     candidates = hot_cells(report)
     if not candidates:
         return None
-    floor = noise_floor(stats.compute, exclude=candidates)
+    floor = job_floor(stats, candidates)
     hosts = host_cluster(stats, candidates)
     if hosts is not None:
         cells = slow_cells(stats, candidates)
@@ -278,7 +419,40 @@ def _timings(
         # One DP rank: no stage peers; compare with the other stages (peer_reference's fallback).
         cells = slow_cells(stats, candidates)
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], None, floor
+    n_workers = stats.dp * stats.pp
+    if len(candidates) > max(1, n_workers // 4):
+        # S_w singles nobody out (on a busy host every worker's own noise costs the job about
+        # as much): pick the suspects by their own compute against their stage peers instead.
+        hot = candidates
+        candidates = own_suspects(stats, max(1, n_workers // 4))
+        if not candidates:
+            return None
+        if not _noise_sample_left(stats, hot):
+            # Every stage was (nearly) all hot: no noise left to measure outside the hot set.
+            floor = job_floor(stats, candidates)
     return own_slow(stats, candidates, floor), None, floor
+
+
+def _noise_sample_left(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether some stage keeps at least two workers outside ``cells`` (a peer pair whose ratios
+    measure the noise floor)."""
+    inside = {(int(d), int(p)) for d, p in cells}
+    return any(sum((d, p) not in inside for d in range(stats.dp)) >= 2 for p in range(stats.pp))
+
+
+def own_suspects(stats: TraceStats, limit: int) -> list[tuple[int, int]]:
+    """Up to ``limit`` cells whose own compute is slowest against their stage peers: typical
+    (median over steps) log ratio to the peers, each cell left out of its own reference, above 0
+    and at least half the slowest cell's; slowest first. The candidates when S_w is hot nearly
+    everywhere; ``own_slow`` and every later test still judge them against the noise floor."""
+    typical = np.median(log_ratios(stats.compute), axis=0)  # (dp, pp), NaN without peers
+    typical = np.where(np.isfinite(typical), typical, -np.inf)
+    top = float(typical.max())
+    if not np.isfinite(top) or top <= 0:
+        return []
+    order = np.argsort(-typical, axis=None)
+    cells = [(int(i // stats.pp), int(i % stats.pp)) for i in order]
+    return [c for c in cells if typical[c] >= 0.5 * top][:limit]
 
 
 def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list[CellTiming], bool] | None:
@@ -334,8 +508,15 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     persist = float(min(t.persist for t in kept))
     peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
     z = outlier_z(stats, cells, affected, floor)
-    if z < OUTLIER_Z:
-        return None  # the slowest of a normal spread of GPU speeds, not a faulty machine
+    # The slowest of a normal spread of GPU speeds is not a faulty machine. On a busy host a few
+    # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second
+    # measurement a small job's bar (about where its slowest healthy worker sits, plus 2) holds.
+    # Not from two steps: a median of two noisy ratios is no speed factor.
+    joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
+        joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
+    )
+    if z < OUTLIER_Z and not joint_ok:
+        return None
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells, affected)
@@ -499,7 +680,7 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     if sw_z < bar:
         return None
     cell = (d, p)
-    floor = noise_floor(stats.compute, exclude=[cell])
+    floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
     # few steps of heavy noise a healthy worker is above its peers in most steps by chance.

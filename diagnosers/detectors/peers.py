@@ -108,6 +108,12 @@ class NoiseFloor:
     worker: float
     n_steps: int
     n_workers: int
+    # The step spread of the optimizer's ratios (None when the trace has no optimizer ops): a
+    # second, independent look at a worker's speed (a slow machine slows its optimizer too).
+    optimizer: float | None = None
+    # The correlation (>= 0) of compute's and the optimizer's step-to-step deviations: how far the
+    # optimizer is an *independent* second measurement (0) or the same noise again (1).
+    joint_rho: float = 0.0
 
     def typical_sigma(self) -> float:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
@@ -159,6 +165,64 @@ def change_point(series: Arr, sigma: float, min_after: int = 2, min_before: int 
         if best is None or z > best.z:
             best = ChangePoint(k, float(a.mean()), float(b.mean()), z)
     return best
+
+
+# Each type's standardised ratio is clipped here before the types are combined: one type's
+# heavy-tailed spike (a descheduled optimizer step ten times its peers') cannot decide alone.
+JOINT_CLIP = 3.0
+
+
+def joint_series(ratios: list[Arr], sigmas: list[float], rho: float = 0.0) -> Arr:
+    """(S,) several per-step log ratios of one worker (e.g. compute and optimizer) combined into
+    one series of unit noise: each divided by its own noise floor and clipped at ``JOINT_CLIP``,
+    summed, over the sum's standard deviation when the series' noise correlates at ``rho``
+    (sqrt(k + k (k - 1) rho); Stouffer's combination for independent series, rho = 0)."""
+    z = [np.clip(r / max(s, MIN_SIGMA), -JOINT_CLIP, JOINT_CLIP) for r, s in zip(ratios, sigmas, strict=True)]
+    return np.asarray(np.sum(z, axis=0) / joint_scale(len(z), rho), dtype=np.float64)
+
+
+def joint_scale(k: int, rho: float) -> float:
+    """Standard deviation of a sum of ``k`` unit-noise series whose noise correlates at ``rho``."""
+    k = max(k, 1)
+    return float(np.sqrt(k + k * (k - 1) * min(max(rho, 0.0), 1.0)))
+
+
+def noise_correlation(a: Arr, b: Arr, exclude: Iterable[tuple[int, int]] = ()) -> float:
+    """The correlation (clipped at 0) of two (S, dp, pp) per-step measurements' deviations from
+    each worker's own typical log ratio to its peers (``log_ratios``, ``exclude`` left out): 0 when
+    their step-to-step noise is independent, 1 when it is the same noise (e.g. one per-worker-step
+    factor slowing both). 0 with fewer than 4 values."""
+    ex = list(exclude)
+    ra, rb = log_ratios(a, ex), log_ratios(b, ex)
+    ok = np.isfinite(ra) & np.isfinite(rb)
+    if ok.sum() < 4:
+        return 0.0
+    cols = ok.all(axis=0)  # workers with peers in every step (the rest are all-NaN)
+    if cols.sum() < 2:
+        return 0.0
+    da = (ra[:, cols] - np.median(ra[:, cols], axis=0, keepdims=True)).ravel()
+    db = (rb[:, cols] - np.median(rb[:, cols], axis=0, keepdims=True)).ravel()
+    if da.std() <= 0 or db.std() <= 0:
+        return 0.0
+    return max(0.0, float(np.corrcoef(da, db)[0, 1]))
+
+
+def level_shift(
+    u: Arr, min_before: int, min_after: int, z_jump: float, z_before: float, z_after: float
+) -> ChangePoint | None:
+    """An onset in a unit-noise series ``u`` (``joint_series``): the best clean change point
+    (``change_point``) whose jump is at least ``z_jump`` standard errors, whose steps before sit at
+    the healthy level (their mean within ``z_before`` standard errors of 0) and whose steps after
+    stand at least ``z_after`` standard errors above it. Unlike a bare jump, this asks where the
+    worker started: a persistently slow worker whose first steps happen to be a little faster is
+    not at the healthy level before any split."""
+    cp = change_point(u, 1.0, min_after=min_after, min_before=min_before)
+    if cp is None or cp.z < z_jump:
+        return None
+    n_before, n_after = cp.index, len(u) - cp.index
+    if cp.before * np.sqrt(n_before) > z_before or cp.after * np.sqrt(n_after) < z_after:
+        return None
+    return cp
 
 
 def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) -> bool:

@@ -8,7 +8,12 @@ Evidence, all of which must hold:
   correlation toward 1, METHOD.md A6) does not count. Noise-aware: when the stages' mean is lower
   (a busy host drowns some stages' timings), one stage above 0.9 and a mean of at least 0.5 do,
   if the slowest replica moves and rebalancing removes most of the slowdown (the what-if carries
-  it, at lower confidence);
+  it, at lower confidence); or the microbatches are *coherent* (``microbatch_coherence``): a
+  microbatch's sequence length sets the cost of its forward and backward on every stage, so
+  across those 2 x pp measurements the same microbatches are the long ones (mean pairwise rank
+  correlation >= ``COHERENCE`` and >= ``COHERENCE_Z`` standard errors above the 0 that
+  independent noise gives) — each measurement is noisy on a busy host, but the noise of
+  different stages and passes is not shared;
 - what-if: rebalancing the compute inside each (step, stage) — every forward (backward) takes the
   mean of that step's and stage's forwards (backwards) across DP ranks and microbatches, after
   dividing out each worker's persistent speed, so total work, stage means and slow machines are
@@ -41,6 +46,13 @@ CORRELATION = 0.9
 # The noise-aware path: one stage at CORRELATION, the stages' mean at least this, the slowest
 # replica not the same in every step, and rebalancing removing most (MOST_SHARE) of the slowdown.
 RELAXED_MEAN = 0.5
+# The coherence path: the microbatches' costs agree across passes and stages at a mean pairwise
+# rank correlation of at least 0.3 (a real share of each op's variation is the microbatch's own
+# cost; healthy busy-host recordings stay under 0.16), and at least 4 standard errors above 0,
+# with at least 8 microbatches measured.
+COHERENCE = 0.3
+COHERENCE_Z = 4.0
+COHERENCE_MIN_ROWS = 8
 
 
 def persistent_factor(stats: TraceStats) -> npt.NDArray[np.float64]:
@@ -72,6 +84,64 @@ def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
     return np.where(mask, pooled * factor, base)
 
 
+def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
+    """(mean pairwise rank correlation, its z-score against independence) of microbatch costs
+    across the measurements of each microbatch: its forward and backward on every stage and chunk.
+
+    Rows are (step, DP rank, microbatch), columns (stage, chunk, pass); each duration is first
+    divided by the median of its worker-step, chunk and pass (a slow worker, a busy step and the
+    stage's own weight drop out), and only complete rows count. Spearman correlations (ranks:
+    one descheduled op cannot dominate). Under independent noise each of the K pairs has standard
+    error ~1/sqrt(n - 1) over n rows, their mean ~1/sqrt((n - 1) K). (0, 0) without a microbatch
+    id, with fewer than two columns or ``COHERENCE_MIN_ROWS`` rows."""
+    if stats.op_mb is None:
+        return 0.0, 0.0
+    mask = ((stats.optype == FWD) | (stats.optype == BWD)) & (stats.op_mb >= 0) & (stats.transfer > 0)
+    if not mask.any():
+        return 0.0, 0.0
+    si = stats.op_step_index[mask].astype(np.int64)
+    d = stats.op_dp[mask].astype(np.int64)
+    p = stats.op_pp[mask].astype(np.int64)
+    g = stats.op_gmc[mask].astype(np.int64) + 1
+    b = (stats.optype[mask] == BWD).astype(np.int64)
+    mb = stats.op_mb[mask].astype(np.int64)
+    n_g = int(g.max()) + 1
+    col = (p * n_g + g) * 2 + b
+    n_col = int(col.max()) + 1
+    row = (si * stats.dp + d) * (int(mb.max()) + 1) + mb
+    v = np.log(stats.transfer[mask])
+    group = ((si * stats.dp + d) * n_col + col)
+    v = v - _group_median(group, v)
+    _, row_id = np.unique(row, return_inverse=True)
+    _, col_id = np.unique(col, return_inverse=True)
+    m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
+    m[row_id, col_id] = v
+    m = m[np.isfinite(m).all(axis=1)]
+    n, k = m.shape
+    if k < 2 or n < COHERENCE_MIN_ROWS:
+        return 0.0, 0.0
+    ranks = np.argsort(np.argsort(m, axis=0), axis=0).astype(np.float64)
+    ranks = ranks[:, ranks.std(axis=0) > 0]
+    if ranks.shape[1] < 2:
+        return 0.0, 0.0
+    c = np.atleast_2d(np.asarray(np.corrcoef(ranks.T), dtype=np.float64))
+    iu = np.triu_indices(c.shape[0], 1)
+    mean = float(np.mean(c[iu]))
+    return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
+
+
+def _group_median(group: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Per element: the median of ``values`` over the elements of its ``group``."""
+    order = np.lexsort((values, group))
+    gs, vs = group[order], values[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    sizes = np.diff(np.r_[starts, len(gs)])
+    med = (vs[starts + (sizes - 1) // 2] + vs[starts + sizes // 2]) / 2
+    out = np.empty_like(values)
+    out[order] = np.repeat(med, sizes)
+    return out
+
+
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:
     """Per step, the DP rank with the most compute summed over stages; the share of steps taken by
     the most frequent one; and per step the slowest replica's compute over the median replica's."""
@@ -96,7 +166,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # Noise-aware: on a busy host one stage's timings can be drowned in scheduling noise while
     # another's still show the mark. Then the what-if evidence must carry the finding (below).
     relaxed = corr_mean < CORRELATION
-    if relaxed and not (corr_best >= CORRELATION and corr_mean >= RELAXED_MEAN and mode_fraction < 1.0):
+    coherence, coherence_z = microbatch_coherence(stats) if relaxed else (float("nan"), float("nan"))
+    coherent = relaxed and coherence >= COHERENCE and coherence_z >= COHERENCE_Z
+    one_stage = corr_best >= CORRELATION and corr_mean >= RELAXED_MEAN and mode_fraction < 1.0
+    if relaxed and not (one_stage or coherent):
         return None
     if stats.probe is not None:
         balanced = rebalanced_durations(stats)
@@ -107,7 +180,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         share = max(rem, stats.probe.add_share(stats.probe.ideal * deviation))
     else:
         share = min(1.0, float(np.mean(ratio)) - 1.0)
-    if share < (MOST_SHARE if relaxed else MIN_SHARE):
+    # One stage's correlation alone is weak evidence: then the what-if must carry most of it.
+    if share < (MOST_SHARE if relaxed and not coherent else MIN_SHARE):
         return None
     distinct = len(np.unique(slowest))
     # Fit: how strongly fwd/bwd agree above the 0.9 bar and how freely the slow rank moves.
@@ -119,7 +193,15 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         f"Compute is uneven across DP ranks and the slowest replica changes from step to step "
         f"({distinct} different DP ranks were slowest over {stats.n_steps} steps; the slowest replica "
         f"averages {float(np.mean(ratio)):.2f}x the median one). Forward and backward times of the same "
-        f"microbatch are correlated at {corr_mean:.3f}, the mark of variable sequence lengths (a long "
+        f"microbatch are correlated at {corr_mean:.3f}"
+        + (
+            f" (drowned by timing noise; but across passes and stages the same microbatches are the "
+            f"long ones: rank correlation {coherence:.2f}, {coherence_z:.1f} standard errors above "
+            f"independent noise)"
+            if coherent
+            else ""
+        )
+        + ", the mark of variable sequence lengths (a long "
         f"sequence slows both passes) rather than a machine or a pause. Rebalancing the microbatches "
         f"(same work per step, spread evenly) removes {share * 100:.0f}% of the slowdown."
     )
@@ -140,6 +222,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "distinct_slowest_dp_ranks": distinct,
             "slowest_over_median_replica": rounded(float(np.mean(ratio))),
             "rebalance_share": rounded(share),
+            "microbatch_coherence": rounded(coherence) if np.isfinite(coherence) else None,
+            "microbatch_coherence_z": rounded(coherence_z, 2) if np.isfinite(coherence_z) else None,
             "slowest_dp_rank_per_step": [int(x) for x in slowest[:64]],
         },
         summary=summary,

@@ -17,6 +17,17 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   what fixing all communication does and its own ``MIN_SHARE``; otherwise the slow communication
   is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
   alone are not a straggler.
+
+With batched P2P calls (1F1B's steady state, interleaved schedules) a transfer's recorded time
+also holds the wait for the peer's compute, so only the ``rem`` view counts — except for a
+candidate that *stands out* (``stands_out``): a link whose transfers average at least twice the
+type's typical and twice its peer links' (the other DP ranks' links between the same stages), or
+a worker whose P2P transfers do the same against its stage peers, with its ends' own compute
+normal against their stage peers. Waits spread with compute noise over every link; a slow link's
+time stays on it. For such a candidate the larger of ``rem`` and ``add`` counts, as everywhere
+else, and it may carry the finding when idealising all communication (``rem``) does not reach
+``MIN_SHARE``: on a busy host compute noise sits on the critical path in most steps, so removing
+a slow link alone removes little although putting it back into the ideal run costs its share.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from diagnosers.detectors.base import (
     confidence,
     rounded,
 )
+from diagnosers.detectors.peers import noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
 from diagnosers.report import WhatIfReport
@@ -46,6 +58,12 @@ DP_CODES = np.array(
 FS, FR, BS, BR = (OPTYPE_CODE[n] for n in ("forward-send", "forward-recv", "backward-send", "backward-recv"))
 EMB = OPTYPE_CODE["embedding-grads-all-reduce"]
 MAX_PROBED = 8
+# A candidate stands out when its transfers average at least twice its peers' (the detector's
+# "elevated" convention, used for workers and hosts above); its ends' compute is normal when its
+# typical ratio to the stage peers stays under OWN_Z standard errors of the noise floor or 2%.
+STANDOUT = 2.0
+OWN_Z = 3.0
+MIN_EXCESS = 0.02
 
 
 def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
@@ -159,6 +177,77 @@ def candidates(
     return out
 
 
+def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
+    Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
+    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
+    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
+    ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
+    return is_p2p, np.where(ok, d * stats.pp + link_stage, -1)
+
+
+def stands_out(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
+) -> list[bool]:
+    """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
+
+    A link: the mean over its P2P transfers of transfer / type baseline (``type_baseline``) is at
+    least ``STANDOUT`` and at least ``STANDOUT`` times the median of the same mean over the other
+    DP ranks' links between the same two stages. A worker: the same over its P2P transfers against
+    its stage peers (``candidates`` admits only such workers). Either way every end's own compute is
+    normal (``compute_normal``). Hosts, DP and embedding groups: False."""
+    is_p2p, link = p2p_links(stats)
+    is_comm = comm_mask(stats)
+    ratio = transfer / np.maximum(type_baseline(stats, transfer, is_comm), 1e-12)
+    ok = link >= 0
+    n_links = stats.dp * stats.pp
+    sums = np.bincount(link[ok], weights=ratio[ok], minlength=n_links)
+    counts = np.bincount(link[ok], minlength=n_links)
+    per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
+    cell = stats.op_dp.astype(np.int64) * stats.pp + stats.op_pp.astype(np.int64)
+    wsum = np.bincount(cell[is_p2p], weights=ratio[is_p2p], minlength=n_links)
+    wn = np.bincount(cell[is_p2p], minlength=n_links)
+    per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
+
+    def above(table: npt.NDArray[np.float64], d: int, s: int) -> bool:
+        peers = np.delete(table[:, s], d)
+        ref = float(np.median(peers)) if peers.size else 1.0
+        return bool(table[d, s] >= STANDOUT and table[d, s] >= STANDOUT * ref)
+
+    out = []
+    for name, cells, _ in scored:
+        if name.startswith("pp link"):
+            d, s = cells[0]
+            hit = above(per_link, d, s)
+        elif name.startswith("all communication of dp"):
+            d, s = cells[0]
+            hit = above(per_worker, d, s)
+        else:
+            hit = False
+        out.append(hit and compute_normal(stats, cells))
+    return out
+
+
+def compute_normal(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether every cell's own compute is normal: its typical (median over steps) log ratio to
+    its stage peers (itself left out) under ``OWN_Z`` standard errors of the job's noise floor
+    (the cells left out of it) and under ``MIN_EXCESS``, whichever is larger. A worker hot in its
+    own compute is a machine, not a link, and its transfers hold waits for it. True with one DP
+    rank (no stage peers to compare with)."""
+    if stats.dp < 2:
+        return True
+    floor = noise_floor(stats.compute, exclude=cells)
+    bar = max(OWN_Z * floor.typical_sigma(), float(np.log(1.0 + MIN_EXCESS)))
+    for c in cells:
+        r = np.log(np.maximum(peer_ratio(stats.compute, c), 1e-12))
+        if float(np.median(r)) >= bar:
+            return False
+    return True
+
+
 def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool = False) -> list[float]:
     """Per op mask, the larger of the ``rem`` share (idealise only those ops) and the ``add`` share
     (put only those ops back into the ideal run), as the compute detectors take it: with a second
@@ -247,10 +336,20 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     share_comm, share_compute = both_views(probe, [is_comm, ~is_comm], batched)
-    if share_comm < MIN_SHARE:
-        return None
     scored = candidates(stats, probe.original)
     shares = both_views(probe, [m for _, _, m in scored], batched) if scored else []
+    standout = [False] * len(scored)
+    if batched and scored:
+        # A candidate whose own transfers stand out carries its put-back cost too (module doc).
+        standout = stands_out(stats, probe.original, scored)
+        picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
+        if picked:
+            both = iter(both_views(probe, picked, False))
+            shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
+    if share_comm < MIN_SHARE and not any(
+        v >= MIN_SHARE for v, hit in zip(shares, standout, strict=True) if hit
+    ):
+        return None
     # Communication need not beat all compute: in a multi-cause job (or under compute noise) a link
     # or group that explains its own real share is a cause too. Unlocalised slowness must.
     if share_comm <= share_compute and not any(v >= MIN_SHARE for v in shares):
@@ -296,10 +395,20 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     by_type = {k: v for k, v in report.attribution.by_optype.items() if k not in compute_names}
     top_comm = max(by_type, key=lambda k: by_type[k]) if by_type else None
     fit = 0.75 + (0.15 if localised else 0.0) + 0.1 * min(1.0, (share_comm - share_compute))
-    summary = (
+    # The lead says what carried the finding: a candidate that stands out beside heavier compute
+    # (the other wording stays as it was for every other finding).
+    stood_out = bool(localised and standout[best])
+    lead = (
         f"Communication, not compute, holds the slowdown: idealising every transfer removes "
         f"{share_comm * 100:.0f}% of it, idealising every compute op only {share_compute * 100:.0f}%. "
-        f"Transfer times (after the last peer arrived, so waiting is excluded) are long at {where}; "
+        if share_comm > share_compute or not stood_out
+        else f"Beside compute that holds more of the slowdown (idealising every compute op removes "
+        f"{share_compute * 100:.0f}% of it, every transfer {share_comm * 100:.0f}%), one place's "
+        "communication is slow on its own. "
+    )
+    summary = (
+        lead
+        + f"Transfer times (after the last peer arrived, so waiting is excluded) are long at {where}; "
         f"fixing that alone removes {share * 100:.0f}%"
         + (
             f". Top communication type by put-back: {top_comm} ({by_type[top_comm]:.3f})."
@@ -319,6 +428,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "group": where,
             "fix_share_group": rounded(share),
             "top_comm_optype": top_comm,
+            "stands_out": stood_out,
         },
         summary=summary,
         categories=categories_for(CauseId.SLOW_COMMUNICATION),

@@ -93,6 +93,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_pp=ops.stage,
         op_step_index=si,
         op_gmc=ops.gmc,
+        op_mb=np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32),
         transfer=transfer,
         probe=probe,
         op_start=ops.start_ts.astype(np.float64),

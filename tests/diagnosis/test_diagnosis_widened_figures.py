@@ -44,19 +44,22 @@ def real() -> dict[str, list[recordings.Scored]]:
     out = {
         part: [recordings.score_folder(f) for f in recordings.folders(part)] for part in ("tune", "heldout")
     }
-    assert len(out["tune"]) == 14 and len(out["heldout"]) == 9, "a recording is missing"
+    # 14 + 10 tuning recordings (the second ten in shapes the first lacked); the first held-out 9,
+    # which joined the tuning data after their run
+    assert len(out["tune"]) == 24 and len(out["heldout"]) == 9, "a recording is missing"
     return out
 
 
 def test_real_recordings_right_at_least_as_measured(real: dict[str, list[recordings.Scored]]) -> None:
-    assert sum(r.right for r in real["tune"]) >= 13
-    # 5 of 9 at the held-out run; 6 after the one fix it led to (docs/ACCURACY.md)
-    assert sum(r.right for r in real["heldout"]) >= 6
+    # first round: 13 of the first 14; second round: 22 of 24 (docs/ACCURACY.md)
+    assert sum(r.right for r in real["tune"]) >= 22
+    # 5 of 9 at the held-out run; 6 after the one fix it led to; 9 after the second round
+    assert sum(r.right for r in real["heldout"]) >= 9
 
 
 def test_real_healthy_recordings_name_no_machine_or_gc(real: dict[str, list[recordings.Scored]]) -> None:
     healthy = [r for part in real.values() for r in part if r.healthy]
-    assert len(healthy) == 3
+    assert len(healthy) == 5
     assert not any(r.false_machine_or_gc for r in healthy)
     assert not any(r.false_machine_or_gc for part in real.values() for r in part)
 
@@ -67,8 +70,90 @@ def test_real_recordings_silent_misses_at_most_as_measured(real: dict[str, list[
 
 
 @pytest.mark.parametrize(
-    "name", ["onset-2x2", "onset-2x3", "slow-rank-weak-4x2", "layers-2x3", "send-delay-2x3", "var-seq-4x2"]
+    "name",
+    [
+        "onset-2x2",
+        "onset-2x3",
+        "slow-rank-weak-4x2",
+        "layers-2x3",
+        "send-delay-2x3",
+        "var-seq-4x2",
+        "var-seq-2x2",
+        "slow-rank-3x2-s92",
+        "onset-3x2-s93",
+        "var-seq-3x2-s95",
+        "healthy-2x4-s99",
+    ],
 )
 def test_tuning_recordings_each_mechanism(real: dict[str, list[recordings.Scored]], name: str) -> None:
     (r,) = [r for r in real["tune"] if r.name == name]
+    assert r.right, f"{name}: {r.got}"
+
+
+# The second held-out part (tests/data/kineto_widened/heldout2): recorded and committed before the
+# second round of detector changes, diagnosed once at its end (docs/ACCURACY.md): 11 of 15 right.
+HELDOUT2_RIGHT = [
+    "dataloader-stall-4x2",
+    "gc-pause-2x3",
+    "healthy-3x2",
+    "layers-2x3",
+    "layers-3x2",
+    "onset-2x3",
+    "onset-3x2",
+    "send-delay-3x2",
+    "slow-rank-3x2",
+    "var-seq-2x2",
+    "var-seq-3x2",
+]
+
+
+@pytest.fixture(scope="module")
+def heldout2() -> dict[str, recordings.Scored]:
+    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout2"))}
+    assert len(out) == 15, "a recording is missing"
+    return out
+
+
+def test_second_heldout_part_at_least_as_measured(heldout2: dict[str, recordings.Scored]) -> None:
+    assert sum(r.right for r in heldout2.values()) >= 11
+    # the measured misses (docs/ACCURACY.md): one false faulty-machine on a healthy 2x4 recording,
+    # one silent miss (slow-rank-weak-4x2); neither may grow
+    assert sum(r.false_machine_or_gc for r in heldout2.values()) <= 1
+    assert sum(r.silent_miss for r in heldout2.values()) <= 1
+
+
+@pytest.mark.parametrize("name", HELDOUT2_RIGHT)
+def test_second_heldout_part_each_right_one(heldout2: dict[str, recordings.Scored], name: str) -> None:
+    r = heldout2[name]
+    assert r.right, f"{name}: {r.got}"
+
+
+# The third held-out part (heldout3): recorded after the second round's last change, run once.
+HELDOUT3_RIGHT = [
+    "gc-pause-2x2",
+    "layers-2x4",
+    "onset-2x2",
+    "send-delay-4x2",
+    "slow-rank-2x2",
+    "slow-rank-4x2",
+]
+
+
+@pytest.fixture(scope="module")
+def heldout3() -> dict[str, recordings.Scored]:
+    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout3"))}
+    assert len(out) == 9, "a recording is missing"
+    return out
+
+
+def test_third_heldout_part_at_least_as_measured(heldout3: dict[str, recordings.Scored]) -> None:
+    assert sum(r.right for r in heldout3.values()) >= 6
+    healthy = [r for r in heldout3.values() if r.healthy]
+    assert len(healthy) == 1 and not healthy[0].false_machine_or_gc
+    assert sum(r.silent_miss for r in heldout3.values()) == 0
+
+
+@pytest.mark.parametrize("name", HELDOUT3_RIGHT)
+def test_third_heldout_part_each_right_one(heldout3: dict[str, recordings.Scored], name: str) -> None:
+    r = heldout3[name]
     assert r.right, f"{name}: {r.got}"

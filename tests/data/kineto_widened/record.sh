@@ -1,11 +1,14 @@
 #!/bin/sh
 # Re-records every set of this folder, one at a time (see README.md). Run from the repository root:
-#   sh tests/data/kineto_widened/record.sh [.venv/bin/python]
-# The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed.
+#   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
+# The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
+# the second held-out part (heldout2/) was recorded and committed before the next round of detector
+# changes, and diagnosed once, at its end. PART (tune, heldout, heldout2) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
+ONLY=${2:-}
 D=tests/data/kineto_widened
-rec() { part=$1; name=$2; shift 2; rm -rf "$D/$part/$name"; "$PY" examples/pp_dp_train.py --layers 1 --out "$D/$part/$name" "$@" >/dev/null 2>&1; echo "$part/$name"; }
+rec() { part=$1; name=$2; shift 2; [ -z "$ONLY" ] || [ "$ONLY" = "$part" ] || return 0; rm -rf "$D/$part/$name"; "$PY" examples/pp_dp_train.py --layers 1 --out "$D/$part/$name" "$@" >/dev/null 2>&1; echo "$part/$name"; }
 # --- tuning ---
 rec tune healthy-2x2            --dp 2 --pp 2 --steps 6 --seed 51
 rec tune slow-rank-2x2          --dp 2 --pp 2 --steps 6 --seed 51 --slow-rank 2 --slow-ms 8
@@ -31,3 +34,40 @@ rec heldout send-delay-4x2       --dp 4 --pp 2 --steps 6 --seed 66 --send-delay-
 rec heldout var-seq-2x3          --dp 2 --pp 3 --steps 6 --seed 67 --var-seq --seq 64
 rec heldout gc-pause-4x2         --dp 4 --pp 2 --steps 6 --seed 64 --gc-pause
 rec heldout dataloader-stall-2x3 --dp 2 --pp 3 --steps 6 --seed 68 --stall-rank 3 --stall-ms 80
+# --- held out, second set (new shapes, ranks, magnitudes, onset steps and seeds) ---
+rec heldout2 healthy-3x2            --dp 3 --pp 2 --steps 6 --seed 71
+rec heldout2 healthy-2x4            --dp 2 --pp 4 --steps 6 --seed 72
+rec heldout2 slow-rank-3x2          --dp 3 --pp 2 --steps 6 --seed 73 --slow-rank 4 --slow-ms 12
+rec heldout2 slow-rank-weak-4x2     --dp 4 --pp 2 --steps 6 --seed 74 --slow-rank 0 --slow-ms 6
+rec heldout2 slow-rank-2x3          --dp 2 --pp 3 --steps 6 --seed 84 --slow-rank 3 --slow-ms 10
+rec heldout2 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 75 --slow-rank 1 --slow-ms 15 --slow-from-step 5
+rec heldout2 onset-3x2              --dp 3 --pp 2 --steps 8 --seed 76 --slow-rank 5 --slow-ms 20 --slow-from-step 4
+rec heldout2 layers-3x2             --dp 3 --pp 2 --steps 6 --seed 77 --layers-per-stage 3,1
+rec heldout2 layers-2x3             --dp 2 --pp 3 --steps 6 --seed 85 --layers-per-stage 1,1,3
+rec heldout2 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 78 --send-delay-rank 1 --send-delay-ms 15
+rec heldout2 send-delay-2x3         --dp 2 --pp 3 --steps 6 --seed 79 --send-delay-rank 2 --send-delay-ms 20
+rec heldout2 var-seq-3x2            --dp 3 --pp 2 --steps 6 --seed 80 --var-seq --seq 64
+rec heldout2 var-seq-2x2            --dp 2 --pp 2 --steps 6 --seed 81 --var-seq --seq 64
+rec heldout2 gc-pause-2x3           --dp 2 --pp 3 --steps 6 --seed 82 --gc-pause
+rec heldout2 dataloader-stall-4x2   --dp 4 --pp 2 --steps 6 --seed 83 --stall-rank 6 --stall-ms 100
+# --- tuning, second round (shapes the first tuning part lacked: 3x2, 2x4; recorded before heldout2 was diagnosed) ---
+rec tune healthy-3x2-s91           --dp 3 --pp 2 --steps 6 --seed 91
+rec tune slow-rank-3x2-s92         --dp 3 --pp 2 --steps 6 --seed 92 --slow-rank 2 --slow-ms 10
+rec tune onset-3x2-s93             --dp 3 --pp 2 --steps 8 --seed 93 --slow-rank 3 --slow-ms 15 --slow-from-step 5
+rec tune send-delay-3x2-s94        --dp 3 --pp 2 --steps 6 --seed 94 --send-delay-rank 2 --send-delay-ms 20
+rec tune var-seq-3x2-s95           --dp 3 --pp 2 --steps 6 --seed 95 --var-seq --seq 64
+rec tune layers-3x2-s96            --dp 3 --pp 2 --steps 6 --seed 96 --layers-per-stage 1,3
+rec tune dataloader-stall-3x2-s97  --dp 3 --pp 2 --steps 6 --seed 97 --stall-rank 4 --stall-ms 80
+rec tune gc-pause-3x2-s98          --dp 3 --pp 2 --steps 6 --seed 98 --gc-pause
+rec tune healthy-2x4-s99           --dp 2 --pp 4 --steps 6 --seed 99
+rec tune slow-rank-2x4-s100        --dp 2 --pp 4 --steps 6 --seed 100 --slow-rank 5 --slow-ms 10
+# --- held out, third set (recorded after the second round's last detector change; diagnosed once) ---
+rec heldout3 healthy-2x3            --dp 2 --pp 3 --steps 6 --seed 111
+rec heldout3 slow-rank-4x2          --dp 4 --pp 2 --steps 6 --seed 112 --slow-rank 6 --slow-ms 10
+rec heldout3 slow-rank-2x2          --dp 2 --pp 2 --steps 6 --seed 113 --slow-rank 0 --slow-ms 15
+rec heldout3 onset-2x2              --dp 2 --pp 2 --steps 8 --seed 114 --slow-rank 3 --slow-ms 20 --slow-from-step 4
+rec heldout3 layers-2x4             --dp 2 --pp 4 --steps 6 --seed 115 --layers-per-stage 3,1,1,1
+rec heldout3 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 116 --send-delay-rank 1 --send-delay-ms 15
+rec heldout3 var-seq-2x3            --dp 2 --pp 3 --steps 6 --seed 117 --var-seq --seq 64
+rec heldout3 gc-pause-2x2           --dp 2 --pp 2 --steps 6 --seed 118 --gc-pause
+rec heldout3 dataloader-stall-3x2   --dp 3 --pp 2 --steps 6 --seed 119 --stall-rank 1 --stall-ms 100
