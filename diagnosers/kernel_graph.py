@@ -163,7 +163,9 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     median spread (MAD over median) of one collective's transfer across the traced steps (at least
     ``NOISE_MIN_STEPS``). A (collective node, DP rank) series is *persistently* slow when its
     transfer exceeds the ideal by more than ``NOISE_FLOORS`` noise floors in at least
-    ``NOISE_PERSIST`` of the steps: a slow link or group is slow in most steps. Every other excess
+    ``NOISE_PERSIST`` of the steps, and its typical excess is at least ``STALL_Z`` standard errors
+    of the mean step time (robust sigma over sqrt(steps)): a slow link or group is slow in most
+    steps, by more than the step-to-step noise can hide. Every other excess
     over the ideal lands on random collectives in random steps, after every member arrived: the
     transport's (or the hosts' scheduling) noise, not a straggler. Returns the split and a copy of
     ``engine`` whose transfers are capped at the ideal (persistent series: at their typical value,
@@ -194,10 +196,11 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
         return cap, kept, clean
 
     cap, kept, clean = capped(persistent)
-    # Persistent slowness must also stand out of the step-to-step noise over the traced steps: a
-    # recurring excess below what that noise lets this many steps resolve is noise too.
-    if persistent.any() and kept < STALL_Z * step_sigma(clean.actual_step_times) / np.sqrt(len(engine.steps)):
-        persistent[:] = False
+    if persistent.any():
+        # Each persistent series must also stand out of the step-to-step noise over the traced
+        # steps: a recurring excess smaller than that noise lets this many steps resolve is noise.
+        bar = STALL_Z * step_sigma(clean.actual_step_times) / np.sqrt(len(engine.steps))
+        persistent &= typical[..., 0] - ideal[..., 0] >= bar
         cap, kept, clean = capped(persistent)
     clipped = x > cap
     t_cl = clean.nodelay_step_times
