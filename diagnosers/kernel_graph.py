@@ -124,8 +124,9 @@ NOISE_MIN_STEPS = 3  # a collective's typical transfer and its persistence need 
 NOISE_PERSIST = 0.75  # a persistently slow collective is elevated in at least this share of steps
 NOISE_FLOORS = 2.0  # elevated: above the pooled ideal by more than this many noise floors
 NOISE_SHARE = 0.1  # transient stalls holding less of the slowdown than this leave every finding as it is
-# a launch gap is a stall, and a recurring transfer excess slowness, only this many robust standard
-# deviations of step time (of their per-step mean) long
+# a launch gap is an input stall only when it is this many robust standard deviations of the step
+# time long; a recurring transfer excess is slowness only when it is this many standard errors of
+# the mean step time
 STALL_Z = 3.0
 
 
@@ -165,9 +166,9 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     transfer exceeds the ideal by more than ``NOISE_FLOORS`` noise floors in at least
     ``NOISE_PERSIST`` of the steps, and its typical excess is at least ``STALL_Z`` standard errors
     of the mean step time (robust sigma over sqrt(steps)): a slow link or group is slow in most
-    steps, by more than the step-to-step noise can hide. Every other excess
-    over the ideal lands on random collectives in random steps, after every member arrived: the
-    transport's (or the hosts' scheduling) noise, not a straggler. Returns the split and a copy of
+    steps, by more than the step-to-step noise can hide. Every other excess over the ideal lands on
+    random collectives in random steps, after every member arrived: the transport's (or the hosts'
+    scheduling) noise, not a straggler. Returns the split and a copy of
     ``engine`` whose transfers are capped at the ideal (persistent series: at their typical value,
     so the persistent slowness stays), with the measured step times lowered per step by what the
     cap saves in the simulation (the unexplained launch time stays the same in seconds); None when
@@ -197,8 +198,8 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
 
     cap, kept, clean = capped(persistent)
     if persistent.any():
-        # Each persistent series must also stand out of the step-to-step noise over the traced
-        # steps: a recurring excess smaller than that noise lets this many steps resolve is noise.
+        # Each persistent series must also stand out of the step-to-step noise: an excess smaller
+        # than what this many steps can resolve (3 standard errors of the mean) is noise too.
         bar = STALL_Z * step_sigma(clean.actual_step_times) / np.sqrt(len(engine.steps))
         persistent &= typical[..., 0] - ideal[..., 0] >= bar
         cap, kept, clean = capped(persistent)
@@ -217,8 +218,6 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
         persistent_s=kept, clipped=int(clipped.sum()), cells=int(x.size), worst=worst,
     )
     return noise, clean
-
-
 
 
 def step_sigma(step_times: npt.NDArray[np.float64]) -> float:
@@ -281,7 +280,8 @@ def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> 
     )
     notes = [
         f"transport noise: {noise.clipped} of {noise.cells} collective transfers (after every member "
-        f"arrived) run above their own typical time in other steps; those transient stalls hold "
+        f"arrived) run above their type's ideal without being slow in most steps; those transient "
+        f"stalls hold "
         f"{min(noise.share, 9.99):.0%} of the slowdown (S {s_orig:.3f}, {s_clean:.3f} without them); "
         f"noise floor: one collective's transfer varies by {noise.floor:.0%} (median absolute "
         f"deviation over median) across steps; largest: {worst or 'none'}. Causes are judged on the "
