@@ -1,9 +1,10 @@
 """Kernel-level model accuracy on the real plain DDP / FSDP2 recordings (``examples/ddp_train.py``).
 
 ``tests/data/kineto_plain`` is the tuning part, ``tests/data/kineto_plain_heldout`` (``--heldout``)
-the held-out part, stored before tuning and run once. Per recording: the truth from its
-``injections.json``, the top cause and its ranks, the slowdown and the simulation error; then the
-share found (cause and rank).
+the held-out part, stored before tuning and run once; ``kineto_plain_heldout2`` (``--part
+heldout2``) a second held-out set, stored before the transport-noise work and run once at its
+end. Per recording: the truth from its ``injections.json``, the top cause and its ranks, the
+slowdown and the simulation error; then the share found (cause and rank).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from diagnosers.readers import load_trace
 from diagnosers.whatif import analyze
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -49,9 +51,11 @@ def run(root: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--heldout", action="store_true", help="run the held-out recordings instead")
+    ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
+    ap.add_argument("--part", choices=sorted(PARTS), help="run this part (heldout2: the second held-out set)")
     args = ap.parse_args()
-    run(DATA / ("kineto_plain_heldout" if args.heldout else "kineto_plain"))
+    part = args.part or ("heldout" if args.heldout else "tuning")
+    run(DATA / PARTS[part])
 
 
 if __name__ == "__main__":

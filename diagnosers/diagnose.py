@@ -309,6 +309,7 @@ def diagnose(
     """
     from diagnosers import whatif
     from diagnosers.detectors import compute_stats, detect_all
+    from diagnosers.kernel_graph import detection_view
     from diagnosers.remedies import remedies_for
 
     def tick(frac: float, msg: str) -> None:
@@ -326,11 +327,14 @@ def diagnose(
         )
     tick(0.4, "computing trace statistics")
     stats = compute_stats(trace, engine)
+    # kernel-level jobs: causes judged without the transport's transient collective stalls
+    view = detection_view(trace, engine, report)
+    d_report, stats = (view.report, view.stats) if view is not None else (report, stats)
     tick(0.55, "matching cause signatures")
-    causes = detect_all(report, stats)
+    causes = detect_all(d_report, stats)
     tick(0.75, "simulating remedies")
     layers = list(layers_per_stage) if layers_per_stage is not None else trace.meta.layers_per_stage
-    remedies = remedies_for(causes, stats, report, layers_per_stage=layers, meta=trace.meta)
+    remedies = remedies_for(causes, stats, d_report, layers_per_stage=layers, meta=trace.meta)
     tick(0.82, "simulating each cause's marginal gain")
     causes = _with_marginal_gains(causes, stats, remedies)
     explained, by = explained_launch_error(report, causes)
@@ -349,7 +353,7 @@ def diagnose(
     tick(1.0, "done")
     return Diagnosis(
         fidelity=fidelity,
-        summary=summarize(report, causes, remedies, fidelity),
+        summary=summarize(report, causes, remedies, fidelity) + (view.sentence if view else ""),
         slowdown=report.slowdown,
         straggling=report.straggling,
         headline_loss=headline_loss(report),
@@ -357,6 +361,6 @@ def diagnose(
         remedies=remedies,
         similar_incidents=similar_cases,
         heatmap=job_heatmap(report),
-        notes=notes + stats.notes,
+        notes=notes + (view.notes if view else []) + stats.notes,
         report=report,
     )
