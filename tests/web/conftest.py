@@ -7,18 +7,14 @@ never downloads one. A missing Chromium fails the browser tests: it is not a rea
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from server.app import create_app
 from server.core.settings import Settings
+from tests._support.live import Live, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -37,36 +33,6 @@ TOKEN = "web-test-token-0123456789"
 def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
     """pytest-playwright's hook: launch the system Chromium, never a downloaded one."""
     return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
-
-
-@dataclass
-class Live:
-    url: str
-    settings: Settings
-
-
-class LiveServer:
-    """uvicorn in a background thread on 127.0.0.1:<free port>; stops on exit."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Live:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return Live(f"http://127.0.0.1:{port}", self.settings)
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
 
 
 @pytest.fixture(scope="module")
