@@ -47,6 +47,20 @@ delivery:
 """
 
 
+def hook_rules(hook: str, rule: str, slowdown_above: float) -> str:
+    """One rule ``rule`` sending every window slower than ``slowdown_above`` to the signed webhook
+    ``{hook}/hook`` (5 tries, 200 ms back-off, 2 s timeout): the kill -9 and replica tests' rules."""
+    return f"""\
+destinations:
+  hook: {{type: webhook, url: "{hook}/hook", secret: {SECRET}}}
+rules:
+  - name: {rule}
+    when: {{slowdown_above: {slowdown_above}}}
+    to: [hook]
+delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
+"""
+
+
 def verified(body: bytes, headers: dict[str, str]) -> bool:
     """The receiver's own check of the documented scheme (not the server's code)."""
     ts = headers["x-lens-timestamp"]

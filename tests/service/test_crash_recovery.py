@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 from loopback import Receiver, Script, wait_for
-from test_alerts_live import SECRET
+from test_alerts_live import hook_rules
 from test_windows_live import EXAMPLES, send_windows
 
 from bench.serve_process import free_port, start_serve
@@ -25,15 +25,7 @@ def serve(data: Path, rules: Path, port: int, log: Path) -> subprocess.Popen[byt
 def test_kill_9_during_delivery_then_restart_delivers_exactly_once(tmp_path: Path) -> None:
     with Receiver(Script(hold=1, statuses=[200])) as hook:
         rules = tmp_path / "alerts.yaml"
-        rules.write_text(f"""\
-destinations:
-  hook: {{type: webhook, url: "{hook.url}/hook", secret: {SECRET}}}
-rules:
-  - name: slow
-    when: {{slowdown_above: 1.1}}
-    to: [hook]
-delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
-""")
+        rules.write_text(hook_rules(hook.url, "slow", 1.1))
         data, log = tmp_path / "data", tmp_path / "server.log"
         port = free_port()
         first = serve(data, rules, port, log)

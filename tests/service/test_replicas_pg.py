@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from loopback import Receiver, Script, wait_for
-from test_alerts_live import SECRET
+from test_alerts_live import hook_rules
 from test_windows_live import EXAMPLES
 
 from bench.serve_process import free_port, start_serve
@@ -98,15 +98,7 @@ def test_two_replicas_one_postgres_store_kill_9_loses_and_repeats_nothing(
     data = tmp_path / "shared"
     with Receiver(Script(statuses=[200])) as hook:
         rules = tmp_path / "alerts.yaml"
-        rules.write_text(f"""\
-destinations:
-  hook: {{type: webhook, url: "{hook.url}/hook", secret: {SECRET}}}
-rules:
-  - name: any
-    when: {{slowdown_above: 1.0}}
-    to: [hook]
-delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
-""")
+        rules.write_text(hook_rules(hook.url, "any", 1.0))
         ports = [free_port(), free_port()]
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         a = serve(pg_dsn, data, "a", rules, ports[0], tmp_path / "a.log")
