@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -25,26 +23,10 @@ from pathlib import Path
 import httpx
 
 from bench.engine_bench import synth_job
-from bench.server_bench import free_port, pct
+from bench.serve_process import free_port, start_serve
+from bench.server_bench import pct
 
 POLL_S = 0.02
-
-
-def start_server(data: Path, port: int, log: Path, workers: int | None) -> subprocess.Popen[bytes]:
-    """``straggler-lens serve`` on 127.0.0.1:port (``--workers`` when given), once /healthz answers."""
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", str(data)]
-    cmd += ["--log-level", "warning"] + (["--workers", str(workers)] if workers is not None else [])
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"server did not start; see {log}")
 
 
 async def file_chunks(path: Path, size: int = 256 * 1024) -> AsyncIterator[bytes]:
@@ -139,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         port = free_port()
-        proc = start_server(root / "data", port, root / "server.log", a.workers)
+        workers = ["--workers", str(a.workers)] if a.workers is not None else []
+        proc = start_serve(port, root / "server.log", "--data-dir", str(root / "data"), *workers)
         try:
             time.sleep(2.0)  # let the workers finish warming up (imports, incident library)
             asyncio.run(measure(f"http://127.0.0.1:{port}", upload, big, meta, a.idle_s))

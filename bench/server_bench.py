@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,43 +41,8 @@ from typing import Any
 import anyio
 import httpx
 
+from bench.serve_process import free_port, start_serve
 from diagnosers.samples import artifact_trace
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(data: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "server.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--preload-sample",
-                "--log-level",
-                "warning",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"server did not start; see {log}")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -228,7 +192,8 @@ async def run(clients: int, calls: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         t0 = time.perf_counter()
-        proc = start_server(Path(tmp) / "data", port, Path(tmp) / "server.log")
+        data, log = Path(tmp) / "data", Path(tmp) / "server.log"
+        proc = start_serve(port, log, "--data-dir", str(data), "--preload-sample")
         results["startup_s"] = round(time.perf_counter() - t0, 2)
         base = f"http://127.0.0.1:{port}"
         url = f"{base}/mcp"

@@ -241,6 +241,25 @@ class JobStore:
         rows: list[dict[str, Any]] = self.store.db.read(sql, args)
         return rows
 
+    def _lease_next(
+        self, db: Any, table: str, *, due: str, order: str, returning: str,
+        owner: str, lease_s: float, now: float,
+    ) -> Any:  # fmt: skip
+        """Lease the first row of ``table`` (by ``order``) that is ``due`` at ``now`` and whose lease
+        is free or ran out: one statement sets ``lease_owner``, ``lease_until = now + lease_s`` and
+        ``tries + 1``, so two replicas never hold one row (PostgreSQL skips rows another
+        transaction has locked). ``due`` holds one ``?`` for ``now``; the row returned is
+        ``(id, tries, max_tries, *returning)``, or None when nothing is due. ``table``, ``due``,
+        ``order`` and ``returning`` are this module's constants, never caller input."""
+        return db.execute(
+            f"UPDATE {table} SET lease_owner=?, lease_until=?, tries=tries+1 WHERE id = ("
+            f" SELECT id FROM {table} WHERE {due}"
+            " AND (lease_until IS NULL OR lease_until < ?)"
+            f" ORDER BY {order} LIMIT 1{self._skip_locked})"
+            f" RETURNING id, tries, max_tries, {returning}",
+            (owner, now + lease_s, now, now),
+        ).fetchone()
+
     # -- jobs and windows ------------------------------------------------------------------------
 
     def add_rank(
@@ -441,15 +460,10 @@ class JobStore:
         """Lease the oldest due analysis task: queued, ``not_before`` passed, no live lease."""
         now = time.time() if now is None else now
         with self._tx() as db:
-            cur = db.execute(
-                "UPDATE tasks SET lease_owner=?, lease_until=?, tries=tries+1 WHERE id = ("
-                " SELECT id FROM tasks WHERE state='queued' AND not_before <= ?"
-                " AND (lease_until IS NULL OR lease_until < ?)"
-                f" ORDER BY id LIMIT 1{self._skip_locked})"
-                " RETURNING id, tries, max_tries, kind, job, window",
-                (owner, now + lease_s, now, now),
-            )
-            row = cur.fetchone()
+            row = self._lease_next(
+                db, "tasks", due="state='queued' AND not_before <= ?", order="id",
+                returning="kind, job, window", owner=owner, lease_s=lease_s, now=now,
+            )  # fmt: skip
         if row is None:
             return None
         tid, tries, max_tries, kind, job, window = row
@@ -582,14 +596,10 @@ class JobStore:
         """Lease the most overdue pending outbox row and open its delivery-log entry."""
         now = time.time() if now is None else now
         with self._tx() as db:
-            row = db.execute(
-                "UPDATE outbox SET lease_owner=?, lease_until=?, tries=tries+1 WHERE id = ("
-                " SELECT id FROM outbox WHERE state='pending' AND next_at <= ?"
-                " AND (lease_until IS NULL OR lease_until < ?)"
-                f" ORDER BY next_at, id LIMIT 1{self._skip_locked})"
-                " RETURNING id, tries, max_tries, alert_id, destination",
-                (owner, now + lease_s, now, now),
-            ).fetchone()
+            row = self._lease_next(
+                db, "outbox", due="state='pending' AND next_at <= ?", order="next_at, id",
+                returning="alert_id, destination", owner=owner, lease_s=lease_s, now=now,
+            )  # fmt: skip
             if row is None:
                 return None
             oid, tries, max_tries, alert_id, destination = row

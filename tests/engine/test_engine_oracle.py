@@ -1,65 +1,29 @@
-"""The simulator against an independent oracle: networkx's longest path on random DAGs with groups.
-
-Oracle graph, per step: for every node v and DP rank d a start vertex S(v,d) and an end vertex
-E(v,d); E(u,d) -> S(v,d) for each dependency; a local op S -> E weighted by its duration; a group
-gets a join vertex J (one per DP rank, or one for all DP ranks when DP-synchronised) with S -> J
-weighted 0 and J -> E weighted by the member's transfer time. A source feeds every S with weight 0
-and every E feeds a sink: the longest source-sink path is the step time.
-"""
+"""The simulator against an independent oracle: networkx's longest path on random DAGs with groups
+(the oracle graph is described in dag_oracle.py)."""
 
 from __future__ import annotations
 
+import dag_oracle
 import networkx as nx
 import numpy as np
 import pytest
+from dag_oracle import oracle_graph
 
 from diagnosers.graph import template_from_graph
 from diagnosers.model import TraceError
 from diagnosers.simulate import mixed_source, simulate
 
 
+def oracle_step_time(deps, groups, dp_sync, dur: np.ndarray) -> float:
+    """Longest path for one step; ``dur`` is (n_nodes, dp)."""
+    return float(nx.dag_longest_path_length(oracle_graph(deps, groups, dp_sync, dur), weight="w"))
+
+
 def random_graph(
     rng: np.random.Generator, n_super: int
 ) -> tuple[list[list[int]], list[list[int]], list[bool]]:
-    """Super-nodes in a random topological order; some are groups of 2-3 members. Dependencies only
-    point from earlier super-nodes to later ones, so the contracted graph is acyclic."""
-    members_of: list[list[int]] = []
-    nxt = 0
-    for _ in range(n_super):
-        size = int(rng.choice([1, 1, 1, 2, 3]))
-        members_of.append(list(range(nxt, nxt + size)))
-        nxt += size
-    deps: list[list[int]] = [[] for _ in range(nxt)]
-    for i, members in enumerate(members_of):
-        earlier = [v for m in members_of[:i] for v in m]
-        for v in members:
-            if earlier:
-                k = int(rng.integers(0, min(3, len(earlier)) + 1))
-                deps[v] = sorted({int(x) for x in rng.choice(earlier, size=k, replace=False)})
-    groups = [m for m in members_of if len(m) > 1 or rng.random() < 0.2]
-    dp_sync = [bool(rng.random() < 0.5) for _ in groups]
-    return deps, groups, dp_sync
-
-
-def oracle_step_time(deps, groups, dp_sync, dur: np.ndarray) -> float:
-    """Longest path for one step; ``dur`` is (n_nodes, dp)."""
-    n, dp = dur.shape
-    gid = {v: g for g, ms in enumerate(groups) for v in ms}
-    graph = nx.DiGraph()
-    for d in range(dp):
-        for v in range(n):
-            graph.add_edge("src", ("S", v, d), w=0.0)
-            graph.add_edge(("E", v, d), "sink", w=0.0)
-            for u in deps[v]:
-                graph.add_edge(("E", u, d), ("S", v, d), w=0.0)
-            if v in gid:
-                g = gid[v]
-                join = ("J", g) if dp_sync[g] else ("J", g, d)
-                graph.add_edge(("S", v, d), join, w=0.0)
-                graph.add_edge(join, ("E", v, d), w=float(dur[v, d]))
-            else:
-                graph.add_edge(("S", v, d), ("E", v, d), w=float(dur[v, d]))
-    return float(nx.dag_longest_path_length(graph, weight="w"))
+    """Mostly single super-nodes, a fifth of them groups too (see dag_oracle.random_graph)."""
+    return dag_oracle.random_graph(rng, n_super, sizes=(1, 1, 1, 2, 3), singleton_group_p=0.2)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -14,6 +14,7 @@ import jsonschema
 import networkx as nx
 import numpy as np
 import pytest
+from dag_oracle import oracle_graph, random_graph
 
 from diagnosers.graph import template_from_graph
 from diagnosers.model import OPTYPE_KIND, OPTYPES, OpKind, TraceError
@@ -48,47 +49,9 @@ def st_engine() -> WhatIfEngine:
 # critical path vs networkx
 
 
-def random_graph(
-    rng: np.random.Generator, n_super: int
-) -> tuple[list[list[int]], list[list[int]], list[bool]]:
-    """Super-nodes in a random topological order, some groups of 2-3 members; edges point forward."""
-    members_of: list[list[int]] = []
-    nxt = 0
-    for _ in range(n_super):
-        size = int(rng.choice([1, 1, 2, 3]))
-        members_of.append(list(range(nxt, nxt + size)))
-        nxt += size
-    deps: list[list[int]] = [[] for _ in range(nxt)]
-    for i, members in enumerate(members_of):
-        earlier = [v for m in members_of[:i] for v in m]
-        for v in members:
-            if earlier:
-                k = int(rng.integers(0, min(3, len(earlier)) + 1))
-                deps[v] = sorted({int(x) for x in rng.choice(earlier, size=k, replace=False)})
-    groups = [m for m in members_of if len(m) > 1]
-    dp_sync = [bool(rng.random() < 0.5) for _ in groups]
-    return deps, groups, dp_sync
-
-
 def nx_longest(deps, groups, dp_sync, dur: np.ndarray, launch: np.ndarray) -> tuple[float, list[Any]]:
     """networkx's longest path over start/end/join vertices per (node, DP rank)."""
-    n, dp = dur.shape
-    gid = {v: g for g, ms in enumerate(groups) for v in ms}
-    graph = nx.DiGraph()
-    for d in range(dp):
-        for v in range(n):
-            graph.add_edge(("E", v, d), "sink", w=0.0)
-            if not deps[v]:
-                graph.add_edge("src", ("S", v, d), w=float(launch[v, d]))
-            for u in deps[v]:
-                graph.add_edge(("E", u, d), ("S", v, d), w=float(launch[v, d]))
-            if v in gid:
-                g = gid[v]
-                join = ("J", g) if dp_sync[g] else ("J", g, d)
-                graph.add_edge(("S", v, d), join, w=0.0)
-                graph.add_edge(join, ("E", v, d), w=float(dur[v, d]))
-            else:
-                graph.add_edge(("S", v, d), ("E", v, d), w=float(dur[v, d]))
+    graph = oracle_graph(deps, groups, dp_sync, dur, launch)
     path = nx.dag_longest_path(graph, weight="w")
     return float(nx.dag_longest_path_length(graph, weight="w")), path
 

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
-
-from lens_testing import Live, LiveServer
-
 from server.core.settings import Settings
+from tests._support.live import Live, LiveServer
 
 
 @pytest.fixture

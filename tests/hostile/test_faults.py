@@ -18,7 +18,6 @@ import httpx
 import pytest
 import uvicorn
 from hostile_inputs import one_worker
-from lens_testing import LiveServer
 
 from server.app import _crash, create_app
 from server.core.errors import ApiError
@@ -26,6 +25,7 @@ from server.core.service import Lens
 from server.core.settings import Settings
 from server.core.slow_clients import protocol_with_header_timeout
 from server.core.store import Store
+from tests._support.live import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

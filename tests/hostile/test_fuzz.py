@@ -17,12 +17,12 @@ import pytest
 from hostile_inputs import csv, kineto, native, one_worker, op, two_stage
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_testing import Live
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from diagnosers.model import TraceError
 from diagnosers.readers import ReadOptions, load_trace
+from tests._support.live import Live
 
 SEEDS: list[tuple[str, bytes]] = [
     ("t.jsonl", one_worker()),

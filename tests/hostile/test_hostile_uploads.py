@@ -8,9 +8,10 @@ import base64
 import httpx
 import pytest
 from hostile_inputs import Case, cases, two_stage
-from lens_testing import Live
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from tests._support.live import Live
 
 CASES = cases()
 

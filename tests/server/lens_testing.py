@@ -3,51 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
-from dataclasses import dataclass
 
-import uvicorn
+from tests._support.live import Live, LiveServer
 
-from server.app import create_app
-from server.core.settings import Settings
+__all__ = ["TOKEN", "Live", "LiveServer", "native_jsonl"]
 
 TOKEN = "test-token-0123456789abcdef"
-
-
-@dataclass
-class Live:
-    url: str
-    settings: Settings
-    server: uvicorn.Server
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.url}/mcp"
-
-
-class LiveServer:
-    """uvicorn in a background thread on 127.0.0.1:<free port>; stops on exit."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Live:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return Live(f"http://127.0.0.1:{port}", self.settings, self.server)
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
 
 
 def native_jsonl(n_steps: int = 2, tag: str = "") -> bytes:

@@ -1,6 +1,6 @@
 """A real HTTP receiver on 127.0.0.1 for the service tests (importable: pytest puts this folder on
 sys.path). It records every request and answers from a script of statuses, optionally holding
-requests open until released."""
+requests open until released. The live app itself is ``tests._support.live`` (re-exported here)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+from tests._support.live import Live, LiveServer
+
+__all__ = ["Live", "LiveServer", "Received", "Receiver", "Script", "server_tests_module", "wait_for"]
 
 
 @dataclass
@@ -104,38 +108,6 @@ class Receiver:
         self.release()
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-class LiveLens:
-    """The real app under uvicorn in a thread on 127.0.0.1:<free port> (stops on exit)."""
-
-    def __init__(self, settings: object):
-        import uvicorn
-
-        from server.app import create_app
-
-        self.settings = settings
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")  # type: ignore[arg-type]
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> LiveLens:
-        import time
-
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
 
 
 def wait_for(pred, timeout: float = 60.0, every: float = 0.1):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import anyio
 import httpx
-from loopback import LiveLens, Receiver, Script, server_tests_module, wait_for
+from loopback import LiveServer, Receiver, Script, server_tests_module, wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from test_windows_live import EXAMPLES, send_windows
@@ -44,6 +44,20 @@ delivery:
   max_tries: 5
   backoff: 200ms
   timeout: 5s
+"""
+
+
+def hook_rules(hook: str, rule: str, slowdown_above: float) -> str:
+    """One rule ``rule`` sending every window slower than ``slowdown_above`` to the signed webhook
+    ``{hook}/hook`` (5 tries, 200 ms back-off, 2 s timeout): the kill -9 and replica tests' rules."""
+    return f"""\
+destinations:
+  hook: {{type: webhook, url: "{hook}/hook", secret: {SECRET}}}
+rules:
+  - name: {rule}
+    when: {{slowdown_above: {slowdown_above}}}
+    to: [hook]
+delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
 """
 
 
@@ -84,7 +98,7 @@ def test_one_alert_per_cause_signed_and_delivered_after_two_failures(tmp_path: P
             lease_s=20,
             public_url="https://lens.example",
         )
-        with LiveLens(settings) as lens:
+        with LiveServer(settings) as lens:
             send_windows(
                 lens.url, "llama-run7", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp_path
             )

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from loopback import LiveLens, Receiver, wait_for
+from loopback import Live, LiveServer, Receiver, wait_for
 from test_windows_live import EXAMPLES, send_windows
 
 from server.core.settings import Settings
@@ -24,12 +24,12 @@ MM = "mattermost-token-0123"
 
 
 @pytest.fixture(scope="module")
-def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLens]:
+def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("chat")
     settings = Settings(
         data_dir=tmp / "data", token=TOKEN, poll_s=0.1, slack_signing_secret=SLACK, mattermost_token=MM
     )
-    with LiveLens(settings) as live:
+    with LiveServer(settings) as live:
         send_windows(
             live.url, "llama-run7", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp, token=TOKEN
         )
@@ -58,7 +58,7 @@ def form(text: str, response_url: str = "") -> bytes:
 
 
 def slack_post(
-    lens: LiveLens, body: bytes, ts: int | None = None, secret: str = SLACK, sign_body: bytes | None = None
+    lens: Live, body: bytes, ts: int | None = None, secret: str = SLACK, sign_body: bytes | None = None
 ) -> httpx.Response:
     ts = int(time.time()) if ts is None else ts
     base = f"v0:{ts}:".encode() + (body if sign_body is None else sign_body)
@@ -72,7 +72,7 @@ def slack_post(
     return httpx.post(f"{lens.url}/api/chat/slack", content=body, headers=headers, timeout=60)
 
 
-def test_signed_status_answers_in_time_with_the_diagnosis(lens: LiveLens) -> None:
+def test_signed_status_answers_in_time_with_the_diagnosis(lens: Live) -> None:
     with Receiver() as rx:
         t0 = time.monotonic()
         r = slack_post(lens, form("status llama-run7", f"{rx.url}/respond"))
@@ -88,7 +88,7 @@ def test_signed_status_answers_in_time_with_the_diagnosis(lens: LiveLens) -> Non
     assert "Causes" in flat and "trend over 1 analysed windows" in flat
 
 
-def test_refused_unsigned_stale_tampered(lens: LiveLens) -> None:
+def test_refused_unsigned_stale_tampered(lens: Live) -> None:
     body = form("status llama-run7")
     unsigned = httpx.post(f"{lens.url}/api/chat/slack", content=body)
     assert unsigned.status_code == 401 and "unsigned" in unsigned.json()["error"]["message"]
@@ -102,7 +102,7 @@ def test_refused_unsigned_stale_tampered(lens: LiveLens) -> None:
     assert httpx.get(f"{lens.url}/api/jobs").status_code == 401
 
 
-def test_mattermost_token_and_markdown(lens: LiveLens) -> None:
+def test_mattermost_token_and_markdown(lens: Live) -> None:
     body = form("diagnose llama-run7")
     ok = httpx.post(f"{lens.url}/api/chat/mattermost", content=body, headers={"Authorization": f"Token {MM}"})
     assert ok.status_code == 200 and "**S = " in ok.json()["text"]
@@ -114,7 +114,7 @@ def test_mattermost_token_and_markdown(lens: LiveLens) -> None:
     assert bad.status_code == 401
 
 
-def test_other_commands(lens: LiveLens) -> None:
+def test_other_commands(lens: Live) -> None:
     helped = slack_post(lens, form("help")).json()
     assert "compare <job>" in json.dumps(helped)
     grid = slack_post(lens, form("heatmap llama-run7")).json()
@@ -130,7 +130,7 @@ def test_other_commands(lens: LiveLens) -> None:
 
 def test_a_slow_answer_goes_to_response_url(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", poll_s=0.1, slack_signing_secret=SLACK, chat_answer_s=0.0)
-    with Receiver() as rx, LiveLens(settings) as live:
+    with Receiver() as rx, LiveServer(settings) as live:
         send_windows(live.url, "job-b", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp_path)
         wait_for(lambda: httpx.get(f"{live.url}/api/jobs/job-b/windows/w1").json()["status"] == "done", 120)
         first = slack_post(live, form("diagnose job-b", f"{rx.url}/respond/1"))

@@ -5,72 +5,27 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import httpx
 from loopback import Receiver, Script, wait_for
-from test_alerts_live import SECRET
+from test_alerts_live import hook_rules
 from test_windows_live import EXAMPLES, send_windows
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.serve_process import free_port, start_serve
 
 
 def serve(data: Path, rules: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "server.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data),
-        "--alerts",
-        str(rules),
-        "--lease",
-        "5",
-        "--poll",
-        "0.1",
-        "--log-level",
-        "warning",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def up() -> bool:
-        assert proc.poll() is None, log.read_text()
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, 60)
-    return proc
+    args = ["--data-dir", str(data), "--alerts", str(rules), "--lease", "5", "--poll", "0.1"]
+    return start_serve(port, log, *args, timeout=60)
 
 
 def test_kill_9_during_delivery_then_restart_delivers_exactly_once(tmp_path: Path) -> None:
     with Receiver(Script(hold=1, statuses=[200])) as hook:
         rules = tmp_path / "alerts.yaml"
-        rules.write_text(f"""\
-destinations:
-  hook: {{type: webhook, url: "{hook.url}/hook", secret: {SECRET}}}
-rules:
-  - name: slow
-    when: {{slowdown_above: 1.1}}
-    to: [hook]
-delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
-""")
+        rules.write_text(hook_rules(hook.url, "slow", 1.1))
         data, log = tmp_path / "data", tmp_path / "server.log"
         port = free_port()
         first = serve(data, rules, port, log)

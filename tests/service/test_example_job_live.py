@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loopback import LiveLens, wait_for
+from loopback import Live, LiveServer, wait_for
 
 from server.core.settings import Settings
 
@@ -26,9 +26,9 @@ TOKEN = "example-token-0123456789"
 
 
 @pytest.fixture(scope="module")
-def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLens]:
+def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     settings = Settings(data_dir=tmp_path_factory.mktemp("lens"), token=TOKEN, poll_s=0.1)
-    with LiveLens(settings) as live:
+    with LiveServer(settings) as live:
         yield live
 
 
@@ -64,7 +64,7 @@ def run_job(url: str, out: Path, *extra: str) -> None:
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_example_job_posts_windows_live_and_compare_shows_the_fix(lens: LiveLens, tmp_path: Path) -> None:
+def test_example_job_posts_windows_live_and_compare_shows_the_fix(lens: Live, tmp_path: Path) -> None:
     h = {"Authorization": f"Bearer {TOKEN}"}
 
     def windows() -> list[dict]:

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -23,15 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 from loopback import Receiver, Script, wait_for
-from test_alerts_live import SECRET
-from test_crash_recovery import free_port
+from test_alerts_live import hook_rules
 from test_windows_live import EXAMPLES
 
+from bench.serve_process import free_port, start_serve
 from server.ingest_client import LensReporter
 
 psycopg = pytest.importorskip("psycopg")
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_S = 5.0
 SCENARIOS = ["slow-rank", "stage-imbalance", "gc-pause", "baseline"]
 
@@ -39,22 +37,9 @@ pytestmark = pytest.mark.slow
 
 
 def serve(dsn: str, data: Path, replica: str, rules: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", str(data),
-           "--database", dsn, "--replica-id", replica, "--alerts", str(rules), "--lease", str(LEASE_S),
-           "--grace", "60", "--poll", "0.1", "--workers", "0", "--log-level", "warning"]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def up() -> bool:
-        assert proc.poll() is None, log.read_text()
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, 90)
-    return proc
+    args = ["--data-dir", str(data), "--database", dsn, "--replica-id", replica, "--alerts", str(rules),
+            "--lease", str(LEASE_S), "--grace", "60", "--poll", "0.1", "--workers", "0"]  # fmt: skip
+    return start_serve(port, log, *args, timeout=90)
 
 
 def send_window(urls: list[str], job: str, folder: Path, tmp: Path) -> None:
@@ -113,15 +98,7 @@ def test_two_replicas_one_postgres_store_kill_9_loses_and_repeats_nothing(
     data = tmp_path / "shared"
     with Receiver(Script(statuses=[200])) as hook:
         rules = tmp_path / "alerts.yaml"
-        rules.write_text(f"""\
-destinations:
-  hook: {{type: webhook, url: "{hook.url}/hook", secret: {SECRET}}}
-rules:
-  - name: any
-    when: {{slowdown_above: 1.0}}
-    to: [hook]
-delivery: {{max_tries: 5, backoff: 200ms, timeout: 2s}}
-""")
+        rules.write_text(hook_rules(hook.url, "any", 1.0))
         ports = [free_port(), free_port()]
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         a = serve(pg_dsn, data, "a", rules, ports[0], tmp_path / "a.log")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loopback import LiveLens, wait_for
+from loopback import Live, LiveServer, wait_for
 
 from server.core.settings import Settings
 from server.ingest_client import LensReporter
@@ -19,9 +19,9 @@ TOKEN = "service-token-0123456789"
 
 
 @pytest.fixture(scope="module")
-def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLens]:
+def lens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     settings = Settings(data_dir=tmp_path_factory.mktemp("lens"), token=TOKEN, grace_s=3.0, poll_s=0.1)
-    with LiveLens(settings) as live:
+    with LiveServer(settings) as live:
         yield live
 
 
@@ -46,11 +46,11 @@ def send_windows(
         assert all(o.ok for o in rep.outcomes), rep.outcomes
 
 
-def api(lens: LiveLens, path: str, **params: str) -> httpx.Response:
+def api(lens: Live, path: str, **params: str) -> httpx.Response:
     return httpx.get(lens.url + path, params=params, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
 
 
-def done(lens: LiveLens, job: str, window: str) -> dict:
+def done(lens: Live, job: str, window: str) -> dict:
     def check() -> dict | None:
         w = api(lens, f"/api/jobs/{job}/windows/{window}").json()
         return w if w["status"] in ("done", "failed") else None
@@ -58,7 +58,7 @@ def done(lens: LiveLens, job: str, window: str) -> dict:
     return wait_for(check, 120)
 
 
-def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) -> None:
+def test_windows_assemble_analyse_and_compare(lens: Live, tmp_path: Path) -> None:
     send_windows(lens.url, "llama-run7", "w1", EXAMPLES / "slow-rank" / "traces", [0, 1, 2, 3], tmp_path)
     w1 = done(lens, "llama-run7", "w1")
     assert w1["status"] == "done", w1
@@ -86,7 +86,7 @@ def test_windows_assemble_analyse_and_compare(lens: LiveLens, tmp_path: Path) ->
     assert "llama-run7" in index.text and f'href="/traces/{w2["trace_id"]}"' in index.text
 
 
-def test_grace_period_names_the_missing_rank(lens: LiveLens, tmp_path: Path) -> None:
+def test_grace_period_names_the_missing_rank(lens: Live, tmp_path: Path) -> None:
     dp8 = HELDOUT / "slow-rank-dp8" / "traces"
     send_windows(lens.url, "partial", "w1", dp8, [0, 1, 2, 4, 5, 6], tmp_path, world=8)
     w = api(lens, "/api/jobs/partial/windows/w1").json()
@@ -106,7 +106,7 @@ def test_grace_period_names_the_missing_rank(lens: LiveLens, tmp_path: Path) -> 
     assert late.status_code == 409 and "new window id" in late.json()["error"]["message"]
 
 
-def test_bad_ingestion_requests_are_4xx(lens: LiveLens) -> None:
+def test_bad_ingestion_requests_are_4xx(lens: Live) -> None:
     h = {"Authorization": f"Bearer {TOKEN}"}
     assert (
         httpx.put(lens.url + "/api/jobs/bad%20name/windows/w/ranks/0", content=b"x", headers=h).status_code
@@ -121,7 +121,7 @@ def test_bad_ingestion_requests_are_4xx(lens: LiveLens) -> None:
 
 
 @pytest.mark.anyio
-async def test_mcp_tools_over_real_http(lens: LiveLens) -> None:
+async def test_mcp_tools_over_real_http(lens: Live) -> None:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -147,7 +147,7 @@ async def test_mcp_tools_over_real_http(lens: LiveLens) -> None:
         assert bad.is_error
 
 
-def test_openapi_documents_the_monitoring_routes(lens: LiveLens) -> None:
+def test_openapi_documents_the_monitoring_routes(lens: Live) -> None:
     doc = api(lens, "/api/openapi.json").json()
     assert {"/api/jobs", "/api/jobs/{job}/compare", "/api/alerts/{alert_id}"} <= set(doc["paths"])
     assert "put" in doc["paths"]["/api/jobs/{job}/windows/{window}/ranks/{rank}"]

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Live, native_trace
 from playwright.sync_api import Page, expect
+from web_testing import native_trace
+
+from tests._support.live import Live
 
 HERE = Path(__file__).parent
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from conftest import TOKEN, Live, native_trace
 from mcp.client import Client, advertise
+from web_testing import TOKEN, native_trace
 
 from server.core.runtime import LensHolder
 from server.core.settings import Settings
 from server.mcp.tools import build_mcp
 from server.web.app_view import app_html
+from tests._support.live import Live
 
 APPS = advertise("io.modelcontextprotocol/ui", {"mimeTypes": ["text/html;profile=mcp-app"]})
 
