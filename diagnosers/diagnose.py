@@ -309,8 +309,8 @@ def diagnose(
     """
     from diagnosers import whatif
     from diagnosers.detectors import compute_stats, detect_all
-    from diagnosers.kernel_graph import detection_view
     from diagnosers.remedies import remedies_for
+    from diagnosers.transport_noise import detection_view
 
     def tick(frac: float, msg: str) -> None:
         if progress is not None:

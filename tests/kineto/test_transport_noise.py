@@ -12,14 +12,14 @@ import pytest
 
 from diagnosers.detectors import compute_stats
 from diagnosers.diagnose import diagnose
-from diagnosers.kernel_graph import (
+from diagnosers.readers import load_trace
+from diagnosers.transport_noise import (
     NOISE_PERSIST,
     STALL_Z,
     quiet_launch_gaps,
     step_sigma,
     transport_noise,
 )
-from diagnosers.readers import load_trace
 from diagnosers.whatif import analyze, build_engine
 
 PLAIN = Path(__file__).resolve().parents[1] / "data" / "kineto_plain"
