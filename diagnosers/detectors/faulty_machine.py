@@ -270,10 +270,7 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     # Stage reference without the candidates (with 2 DP ranks a slow worker is half its stage).
     ref = peer_reference(comp, cells)[:, None, :]
     factor = np.median(np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0), axis=0)  # (dp, pp)
-    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
-    for d, p in cells:
-        inside[d, p] = True
-    others = factor[~inside & (stats.rank_of >= 0)]
+    others = _outside(factor, cells, stats)
     if others.size < 2:
         return float("inf")
     med = float(np.median(others))
@@ -282,6 +279,14 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     if floor is not None and affected is not None:
         sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
+
+
+def _outside(factor: np.ndarray, cells: list[tuple[int, int]], stats: TraceStats) -> np.ndarray:
+    """The (dp, pp) ``factor`` of every traced worker outside ``cells``: the candidates' peers."""
+    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
+    for d, p in cells:
+        inside[d, p] = True
+    return factor[~inside & (stats.rank_of >= 0)]
 
 
 def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray,
@@ -295,10 +300,7 @@ def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affecte
     opt = stats.optimizer[affected]
     ref = peer_reference(opt, cells)[:, None, :]
     factor = np.median(np.log(np.maximum(opt, 1e-12) / np.maximum(ref, 1e-12)), axis=0)  # (dp, pp)
-    inside = np.zeros((stats.dp, stats.pp), dtype=bool)
-    for d, p in cells:
-        inside[d, p] = True
-    others = factor[~inside & (stats.rank_of >= 0)]
+    others = _outside(factor, cells, stats)
     if others.size < 2:
         return float("-inf")
     med = float(np.median(others))

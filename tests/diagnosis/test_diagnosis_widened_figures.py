@@ -107,11 +107,15 @@ HELDOUT2_RIGHT = [
 ]
 
 
+def _scored(part: str, expected: int) -> dict[str, recordings.Scored]:
+    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders(part))}
+    assert len(out) == expected, f"{part}: a recording is missing"
+    return out
+
+
 @pytest.fixture(scope="module")
 def heldout2() -> dict[str, recordings.Scored]:
-    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout2"))}
-    assert len(out) == 15, "a recording is missing"
-    return out
+    return _scored("heldout2", 15)
 
 
 def test_second_heldout_part_at_least_as_measured(heldout2: dict[str, recordings.Scored]) -> None:
@@ -120,12 +124,6 @@ def test_second_heldout_part_at_least_as_measured(heldout2: dict[str, recordings
     # one silent miss (slow-rank-weak-4x2); neither may grow
     assert sum(r.false_machine_or_gc for r in heldout2.values()) <= 1
     assert sum(r.silent_miss for r in heldout2.values()) <= 1
-
-
-@pytest.mark.parametrize("name", HELDOUT2_RIGHT)
-def test_second_heldout_part_each_right_one(heldout2: dict[str, recordings.Scored], name: str) -> None:
-    r = heldout2[name]
-    assert r.right, f"{name}: {r.got}"
 
 
 # The third held-out part (heldout3): recorded after the second round's last change, run once.
@@ -141,9 +139,7 @@ HELDOUT3_RIGHT = [
 
 @pytest.fixture(scope="module")
 def heldout3() -> dict[str, recordings.Scored]:
-    out = {r.name: r for r in (recordings.score_folder(f) for f in recordings.folders("heldout3"))}
-    assert len(out) == 9, "a recording is missing"
-    return out
+    return _scored("heldout3", 9)
 
 
 def test_third_heldout_part_at_least_as_measured(heldout3: dict[str, recordings.Scored]) -> None:
@@ -153,7 +149,9 @@ def test_third_heldout_part_at_least_as_measured(heldout3: dict[str, recordings.
     assert sum(r.silent_miss for r in heldout3.values()) == 0
 
 
-@pytest.mark.parametrize("name", HELDOUT3_RIGHT)
-def test_third_heldout_part_each_right_one(heldout3: dict[str, recordings.Scored], name: str) -> None:
-    r = heldout3[name]
-    assert r.right, f"{name}: {r.got}"
+@pytest.mark.parametrize(
+    ("part", "name"), [("heldout2", n) for n in HELDOUT2_RIGHT] + [("heldout3", n) for n in HELDOUT3_RIGHT]
+)
+def test_heldout_parts_each_right_one(request: pytest.FixtureRequest, part: str, name: str) -> None:
+    r = request.getfixturevalue(part)[name]
+    assert r.right, f"{part}/{name}: {r.got}"
