@@ -75,16 +75,21 @@ def candidates(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
+    base: npt.NDArray[np.float64] | None = None,
+    batch: npt.NDArray[np.int64] | None = None,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
 
     Excess is summed per candidate with bincount; masks are built only for the ones kept, so the
-    cost stays linear in the number of ops for any grid size.
+    cost stays linear in the number of ops for any grid size. ``base`` (``type_baseline`` of
+    ``transfer``) and ``batch`` (``batch_ids`` of the P2P rows) may be passed in when the caller
+    has them already.
     """
     o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
-    base = type_baseline(stats, transfer, is_comm)
+    if base is None:
+        base = type_baseline(stats, transfer, is_comm)
     excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
@@ -143,7 +148,8 @@ def candidates(
     dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
     dp_slow = dp_stage_excess > 0
 
-    batch = batch_ids(stats, is_p2p)
+    if batch is None:
+        batch = batch_ids(stats, is_p2p)
 
     def with_collectives(mask: npt.NDArray[np.bool_], stages: set[int]) -> npt.NDArray[np.bool_]:
         # Fixing a member's NIC also fixes the collectives it slows down, for every member, and both
@@ -191,6 +197,7 @@ def stands_out(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
+    base: npt.NDArray[np.float64] | None = None,
 ) -> list[bool]:
     """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
 
@@ -200,8 +207,9 @@ def stands_out(
     its stage peers (``candidates`` admits only such workers). Either way every end's own compute is
     normal (``compute_normal``). Hosts, DP and embedding groups: False."""
     is_p2p, link = p2p_links(stats)
-    is_comm = comm_mask(stats)
-    ratio = transfer / np.maximum(type_baseline(stats, transfer, is_comm), 1e-12)
+    if base is None:
+        base = type_baseline(stats, transfer, comm_mask(stats))
+    ratio = transfer / np.maximum(base, 1e-12)
     ok = link >= 0
     n_links = stats.dp * stats.pp
     sums = np.bincount(link[ok], weights=ratio[ok], minlength=n_links)
@@ -336,12 +344,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     share_comm, share_compute = both_views(probe, [is_comm, ~is_comm], batched)
-    scored = candidates(stats, probe.original)
+    # the lower-quartile baselines and batch ids, computed once for candidates and stands_out
+    base = type_baseline(stats, probe.original, is_comm)
+    scored = candidates(stats, probe.original, base=base, batch=batch)
     shares = both_views(probe, [m for _, _, m in scored], batched) if scored else []
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
-        standout = stands_out(stats, probe.original, scored)
+        standout = stands_out(stats, probe.original, scored, base=base)
         picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
         if picked:
             both = iter(both_views(probe, picked, False))
