@@ -263,14 +263,15 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     so putting transfers back would re-add compute waits: ``rem`` only."""
     if not masks:
         return []
-    rem = probe.fix_ratios(masks)
     if batched:
-        return rem
+        return probe.fix_ratios(masks)
     gap = probe.t_orig - probe.t_ideal
     if gap <= 1e-12 * max(probe.t_orig, 1e-12):
-        return rem
-    t_add = probe.masked_means(masks, ideal_inside=False)
-    return [max(r, float((t - probe.t_ideal) / gap)) for r, t in zip(rem, t_add, strict=True)]
+        return [0.0 for _ in masks]
+    # both views of every mask in one batch of runs
+    t = probe.mixed_means([*masks, *masks], [True] * len(masks) + [False] * len(masks))
+    rem = [float((probe.t_orig - x) / gap) for x in t[: len(masks)]]
+    return [max(r, float((x - probe.t_ideal) / gap)) for r, x in zip(rem, t[len(masks) :], strict=True)]
 
 
 def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
