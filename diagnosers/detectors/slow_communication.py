@@ -110,13 +110,14 @@ def candidates(
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
-    cell = d * pp + p
-    p2p_sum = np.bincount(cell[is_p2p], weights=excess[is_p2p], minlength=dp * pp)
-    p2p_n = np.bincount(cell[is_p2p], minlength=dp * pp)
+    rows = np.flatnonzero(is_p2p)  # the P2P rows, gathered once for the three sums
+    cell_p2p = d[rows] * pp + p[rows]
+    p2p_sum = np.bincount(cell_p2p, weights=excess[rows], minlength=dp * pp)
+    p2p_n = np.bincount(cell_p2p, minlength=dp * pp)
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
     ratio_sum = np.bincount(
-        cell[is_p2p], weights=transfer[is_p2p] / np.maximum(base[is_p2p], 1e-12), minlength=dp * pp
+        cell_p2p, weights=transfer[rows] / np.maximum(base[rows], 1e-12), minlength=dp * pp
     )
     p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
