@@ -39,6 +39,7 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, _group_median
+from diagnosers.readers.normalize import dense_ids
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -113,15 +114,16 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     group = ((si * stats.dp + d) * n_col + col)
     # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
     v = v - _group_median(group, v)
-    _, row_id = np.unique(row, return_inverse=True)
-    _, col_id = np.unique(col, return_inverse=True)
+    # np.unique's inverses by a presence table (the ids are dense small integers)
+    _, row_id = dense_ids(row)
+    _, col_id = dense_ids(col)
     m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
     m[row_id, col_id] = v
     m = m[np.isfinite(m).all(axis=1)]
     n, k = m.shape
     if k < 2 or n < COHERENCE_MIN_ROWS:
         return 0.0, 0.0
-    ranks = np.argsort(np.argsort(m, axis=0), axis=0).astype(np.float64)
+    ranks = _column_ranks(m)
     ranks = ranks[:, ranks.std(axis=0) > 0]
     if ranks.shape[1] < 2:
         return 0.0, 0.0
@@ -129,6 +131,15 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     iu = np.triu_indices(c.shape[0], 1)
     mean = float(np.mean(c[iu]))
     return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
+
+
+def _column_ranks(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.argsort(np.argsort(m, axis=0), axis=0)`` as floats: each value's rank in its column.
+    The inverse of the sorting permutation is scattered instead of found by a second sort."""
+    order = np.argsort(m, axis=0)
+    ranks = np.empty(m.shape, dtype=np.float64)
+    np.put_along_axis(ranks, order, np.arange(m.shape[0], dtype=np.float64)[:, None], axis=0)
+    return ranks
 
 
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:
