@@ -155,7 +155,7 @@ def candidates(
         # ends of its point-to-point transfers (the peer's half of each pair is as slow).
         extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
         touched = np.unique(link[mask & ok])
-        return with_batches(mask | extra | (ok & np.isin(link, touched)), batch)
+        return with_batches(mask | extra | _member(link, touched), batch)
 
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
@@ -317,7 +317,15 @@ def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> n
     """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
     when all its transfers have, so fixing one direction alone leaves the call as slow."""
     hit = np.unique(batch[mask & (batch >= 0)])
-    return mask | ((batch >= 0) & np.isin(batch, hit)) if hit.size else mask
+    return mask | _member(batch, hit) if hit.size else mask
+
+
+def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
+    the id range (``np.isin`` sorts or hashes every row)."""
+    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 1, dtype=bool)
+    table[wanted] = True
+    return (ids >= 0) & table[np.maximum(ids, 0)]
 
 
 def type_baseline(

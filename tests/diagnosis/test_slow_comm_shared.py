@@ -15,6 +15,7 @@ from diagnosers.detectors.slow_communication import (
     BS,
     FR,
     FS,
+    _member,
     both_views,
     candidates,
     comm_mask,
@@ -80,3 +81,12 @@ def test_one_batch_of_runs_matches_separate_batches(schedule: Schedule, vpp: int
     apart += both_views(Probe(engine), masks, batched)
     together = both_views(Probe(engine), [is_comm, ~is_comm, *masks], batched)
     assert together == apart
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_member_matches_isin(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-1, 1 + seed * 7, int(rng.integers(0, 300))).astype(np.int64)
+    wanted = np.unique(rng.integers(0, 2 + seed * 9, int(rng.integers(0, 6)))).astype(np.int64)
+    assert np.array_equal(_member(ids, wanted), (ids >= 0) & np.isin(ids, wanted))
+    assert not _member(np.full(4, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)).any()
