@@ -141,6 +141,27 @@ class Probe:
                 self._masked[keys[i]] = float(t)
         return np.array([self._masked[k] for k in keys], dtype=np.float64)
 
+    def mixed_means(
+        self, masks: Sequence[npt.NDArray[np.bool_]], ideal_inside: Sequence[bool]
+    ) -> npt.NDArray[np.float64]:
+        """:meth:`masked_means` of each mask in its own direction (``ideal_inside[i]``). With an op
+        in every cell of the dense layout "mask original, the rest ideal" is "the complement ideal",
+        so every scenario goes into one batch of runs; otherwise one batch per direction."""
+        if len(masks) != len(ideal_inside):
+            raise ValueError(f"{len(masks)} masks but {len(ideal_inside)} directions")
+        out = np.zeros(len(masks), dtype=np.float64)
+        if self._complement_is_same:
+            pairs = zip(masks, ideal_inside, strict=True)
+            flipped = [m if inside else ~np.asarray(m, dtype=bool) for m, inside in pairs]
+            if flipped:
+                out[:] = self.masked_means(flipped)
+            return out
+        for direction in (True, False):
+            at = [i for i, inside in enumerate(ideal_inside) if bool(inside) is direction]
+            if at:
+                out[at] = self.masked_means([masks[i] for i in at], ideal_inside=direction)
+        return out
+
     def idealised(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
         """Original durations with the masked ops set to their ideal (typical) duration."""
         return np.where(mask, self.ideal, self.original)

@@ -543,11 +543,16 @@ def _shares(stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]
         mw = report.m_w if report.m_w is not None else 0.0
         return mw, mw
     probe = stats.probe
-    share, compute_share = probe.fix_ratios(masks)
+    gap = probe.t_orig - probe.t_ideal
+    if gap <= 1e-12 * max(probe.t_orig, 1e-12):
+        return 0.0, 0.0
     # The ``add`` view too (put only these workers' compute back into the ideal run): with
     # batched P2P (interleaved 1F1B) or a second cause on the critical path, idealising the
-    # machine alone leaves the others' waits in place and under-states what it costs.
-    added = probe.add_share(np.where(masks[1], probe.original, probe.ideal))
+    # machine alone leaves the others' waits in place and under-states what it costs. The three
+    # scenarios in one batch of runs.
+    t_rem, t_rem_compute, t_add = probe.mixed_means([masks[0], masks[1], masks[1]], [True, True, False])
+    share, compute_share = float((probe.t_orig - t_rem) / gap), float((probe.t_orig - t_rem_compute) / gap)
+    added = float((t_add - probe.t_ideal) / gap)
     return max(share, added), max(compute_share, added)
 
 

@@ -38,7 +38,8 @@ from diagnosers.detectors.base import (
     stage_groups,
 )
 from diagnosers.detectors.registry import register
-from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.detectors.stats import BWD, FWD, _group_median
+from diagnosers.readers.normalize import dense_ids
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -111,16 +112,18 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     row = (si * stats.dp + d) * (int(mb.max()) + 1) + mb
     v = np.log(stats.transfer[mask])
     group = ((si * stats.dp + d) * n_col + col)
+    # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
     v = v - _group_median(group, v)
-    _, row_id = np.unique(row, return_inverse=True)
-    _, col_id = np.unique(col, return_inverse=True)
+    # np.unique's inverses by a presence table (the ids are dense small integers)
+    _, row_id = dense_ids(row)
+    _, col_id = dense_ids(col)
     m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
     m[row_id, col_id] = v
     m = m[np.isfinite(m).all(axis=1)]
     n, k = m.shape
     if k < 2 or n < COHERENCE_MIN_ROWS:
         return 0.0, 0.0
-    ranks = np.argsort(np.argsort(m, axis=0), axis=0).astype(np.float64)
+    ranks = _column_ranks(m)
     ranks = ranks[:, ranks.std(axis=0) > 0]
     if ranks.shape[1] < 2:
         return 0.0, 0.0
@@ -130,16 +133,13 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
 
 
-def _group_median(group: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Per element: the median of ``values`` over the elements of its ``group``."""
-    order = np.lexsort((values, group))
-    gs, vs = group[order], values[order]
-    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-    sizes = np.diff(np.r_[starts, len(gs)])
-    med = (vs[starts + (sizes - 1) // 2] + vs[starts + sizes // 2]) / 2
-    out = np.empty_like(values)
-    out[order] = np.repeat(med, sizes)
-    return out
+def _column_ranks(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.argsort(np.argsort(m, axis=0), axis=0)`` as floats: each value's rank in its column.
+    The inverse of the sorting permutation is scattered instead of found by a second sort."""
+    order = np.argsort(m, axis=0)
+    ranks = np.empty(m.shape, dtype=np.float64)
+    np.put_along_axis(ranks, order, np.arange(m.shape[0], dtype=np.float64)[:, None], axis=0)
+    return ranks
 
 
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:

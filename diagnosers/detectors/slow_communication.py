@@ -77,13 +77,14 @@ def candidates(
     limit: int = MAX_PROBED,
     base: npt.NDArray[np.float64] | None = None,
     batch: npt.NDArray[np.int64] | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
 
     Excess is summed per candidate with bincount; masks are built only for the ones kept, so the
     cost stays linear in the number of ops for any grid size. ``base`` (``type_baseline`` of
-    ``transfer``) and ``batch`` (``batch_ids`` of the P2P rows) may be passed in when the caller
-    has them already.
+    ``transfer``), ``batch`` (``batch_ids`` of the P2P rows) and ``links`` (``p2p_links``) may be
+    passed in when the caller has them already.
     """
     o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
     dp, pp = stats.dp, stats.pp
@@ -93,9 +94,7 @@ def candidates(
     excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
-    is_p2p = stats.of_types([FS, FR, BS, BR])
-    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
-    link = np.where(is_p2p & (link_stage >= 0) & (link_stage < pp - 1), d * pp + link_stage, -1)
+    is_p2p, link = p2p_links(stats) if links is None else links
     ok = link >= 0
     per_link = np.bincount(link[ok], weights=excess[ok], minlength=dp * pp)
     scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
@@ -111,13 +110,14 @@ def candidates(
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
-    cell = d * pp + p
-    p2p_sum = np.bincount(cell[is_p2p], weights=excess[is_p2p], minlength=dp * pp)
-    p2p_n = np.bincount(cell[is_p2p], minlength=dp * pp)
+    rows = np.flatnonzero(is_p2p)  # the P2P rows, gathered once for the three sums
+    cell_p2p = d[rows] * pp + p[rows]
+    p2p_sum = np.bincount(cell_p2p, weights=excess[rows], minlength=dp * pp)
+    p2p_n = np.bincount(cell_p2p, minlength=dp * pp)
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
     ratio_sum = np.bincount(
-        cell[is_p2p], weights=(transfer / np.maximum(base, 1e-12))[is_p2p], minlength=dp * pp
+        cell_p2p, weights=transfer[rows] / np.maximum(base[rows], 1e-12), minlength=dp * pp
     )
     p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
@@ -144,7 +144,6 @@ def candidates(
             host_stands_out |= members
     single = elevated & above_peers & ~host_stands_out
     scored += [(float(p2p_sum[i]), "worker", int(i)) for i in np.flatnonzero(single)]
-    is_comm = comm_mask(stats)
     dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
     dp_slow = dp_stage_excess > 0
 
@@ -156,7 +155,7 @@ def candidates(
         # ends of its point-to-point transfers (the peer's half of each pair is as slow).
         extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
         touched = np.unique(link[mask & ok])
-        return with_batches(mask | extra | (ok & np.isin(link, touched)), batch)
+        return with_batches(mask | extra | _member(link, touched), batch)
 
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
@@ -187,7 +186,7 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
     o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
-    is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
+    is_p2p = stats.of_types([FS, FR, BS, BR])
     link_stage = np.where((o == FS) | (o == BR), p, p - 1)
     ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
     return is_p2p, np.where(ok, d * stats.pp + link_stage, -1)
@@ -198,6 +197,7 @@ def stands_out(
     transfer: npt.NDArray[np.float64],
     scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
     base: npt.NDArray[np.float64] | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
 ) -> list[bool]:
     """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
 
@@ -206,7 +206,7 @@ def stands_out(
     DP ranks' links between the same two stages. A worker: the same over its P2P transfers against
     its stage peers (``candidates`` admits only such workers). Either way every end's own compute is
     normal (``compute_normal``). Hosts, DP and embedding groups: False."""
-    is_p2p, link = p2p_links(stats)
+    is_p2p, link = p2p_links(stats) if links is None else links
     if base is None:
         base = type_baseline(stats, transfer, comm_mask(stats))
     ratio = transfer / np.maximum(base, 1e-12)
@@ -264,14 +264,15 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     so putting transfers back would re-add compute waits: ``rem`` only."""
     if not masks:
         return []
-    rem = probe.fix_ratios(masks)
     if batched:
-        return rem
+        return probe.fix_ratios(masks)
     gap = probe.t_orig - probe.t_ideal
     if gap <= 1e-12 * max(probe.t_orig, 1e-12):
-        return rem
-    t_add = probe.masked_means(masks, ideal_inside=False)
-    return [max(r, float((t - probe.t_ideal) / gap)) for r, t in zip(rem, t_add, strict=True)]
+        return [0.0 for _ in masks]
+    # both views of every mask in one batch of runs
+    t = probe.mixed_means([*masks, *masks], [True] * len(masks) + [False] * len(masks))
+    rem = [float((probe.t_orig - x) / gap) for x in t[: len(masks)]]
+    return [max(r, float((x - probe.t_ideal) / gap)) for r, x in zip(rem, t[len(masks) :], strict=True)]
 
 
 def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
@@ -316,7 +317,15 @@ def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> n
     """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
     when all its transfers have, so fixing one direction alone leaves the call as slow."""
     hit = np.unique(batch[mask & (batch >= 0)])
-    return mask | ((batch >= 0) & np.isin(batch, hit)) if hit.size else mask
+    return mask | _member(batch, hit) if hit.size else mask
+
+
+def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
+    the id range (``np.isin`` sorts or hashes every row)."""
+    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 1, dtype=bool)
+    table[wanted] = True
+    return (ids >= 0) & table[np.maximum(ids, 0)]
 
 
 def type_baseline(
@@ -327,8 +336,11 @@ def type_baseline(
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
     type, the method's median ideal is itself slow; the lower quartile is not."""
     out = np.zeros_like(transfer)
-    for code in np.unique(stats.optype[is_comm]):
-        m = stats.optype == code
+    # Every row of a communication type is a communication row: search only those.
+    rows = np.flatnonzero(is_comm)
+    codes = stats.optype[rows]
+    for code in np.unique(codes):
+        m = rows[codes == code]
         out[m] = np.percentile(transfer[m], 25)
     return out
 
@@ -340,18 +352,23 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         return None
     probe = stats.probe
     is_comm = comm_mask(stats)
-    batch = batch_ids(stats, stats.of_types([FS, FR, BS, BR]))
+    # the P2P links, lower-quartile baselines and batch ids, computed once for candidates and
+    # stands_out
+    links = p2p_links(stats)
+    batch = batch_ids(stats, links[0])
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
-    share_comm, share_compute = both_views(probe, [is_comm, ~is_comm], batched)
-    # the lower-quartile baselines and batch ids, computed once for candidates and stands_out
     base = type_baseline(stats, probe.original, is_comm)
-    scored = candidates(stats, probe.original, base=base, batch=batch)
-    shares = both_views(probe, [m for _, _, m in scored], batched) if scored else []
+    scored = candidates(stats, probe.original, base=base, batch=batch, links=links)
+    # All communication, all compute and every candidate in one batch of what-if runs (each
+    # scenario's step times do not depend on the batch it is simulated in).
+    share_comm, share_compute, *shares = both_views(
+        probe, [is_comm, ~is_comm, *(m for _, _, m in scored)], batched
+    )
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
-        standout = stands_out(stats, probe.original, scored, base=base)
+        standout = stands_out(stats, probe.original, scored, base=base, links=links)
         picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
         if picked:
             both = iter(both_views(probe, picked, False))

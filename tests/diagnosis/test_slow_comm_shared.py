@@ -1,0 +1,92 @@
+"""The slow-communication detector's shared per-detection work against the plain computations:
+type baselines over communication rows only, P2P links passed in, and one batch of what-if runs
+for all communication, all compute and every candidate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnosers import whatif
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.base import Probe, TraceStats
+from diagnosers.detectors.slow_communication import (
+    BR,
+    BS,
+    FR,
+    FS,
+    _member,
+    both_views,
+    candidates,
+    comm_mask,
+    p2p_links,
+    stands_out,
+    type_baseline,
+)
+from diagnosers.synth import ScenarioSpec, generate
+from diagnosers.synth.spec import Schedule
+
+
+def _stats(schedule: Schedule, vpp: int) -> TraceStats:
+    spec = ScenarioSpec(
+        dp=4, pp=4, vpp=vpp, microbatches=8, steps=3, seed=11, schedule=schedule,
+        scenarios=["slow-communication"],
+    )
+    trace = generate(spec).trace
+    return compute_stats(trace, whatif.build_engine(trace))
+
+
+CASES = [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)]
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_baselines_links_and_candidates_match_the_plain_computation(schedule: Schedule, vpp: int) -> None:
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    is_comm = comm_mask(stats)
+    # the lower quartile of each communication type over all its rows
+    want = np.zeros_like(transfer)
+    for code in np.unique(stats.optype[is_comm]):
+        m = stats.optype == code
+        want[m] = np.percentile(transfer[m], 25)
+    base = type_baseline(stats, transfer, is_comm)
+    assert np.array_equal(base, want)
+    # the links by np.isin
+    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    is_p2p = np.isin(o, np.array([FS, FR, BS, BR], dtype=np.int16))
+    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
+    link = np.where(is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1), d * stats.pp + link_stage, -1)
+    links = p2p_links(stats)
+    assert np.array_equal(links[0], is_p2p) and np.array_equal(links[1], link)
+    # candidates and stands_out with the shared links equal the ones computing their own
+    plain = candidates(stats, transfer)
+    shared = candidates(stats, transfer, base=base, links=links)
+    assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in shared]
+    assert all(np.array_equal(a, b) for (_, _, a), (_, _, b) in zip(plain, shared, strict=True))
+    assert stands_out(stats, transfer, plain) == stands_out(stats, transfer, shared, base=base, links=links)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+@pytest.mark.parametrize("batched", [False, True])
+def test_one_batch_of_runs_matches_separate_batches(schedule: Schedule, vpp: int, batched: bool) -> None:
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    is_comm = comm_mask(stats)
+    masks = [m for _, _, m in candidates(stats, stats.probe.original)]
+    assert masks
+    engine = stats.probe.engine
+    # fresh probes: no scenario memo shared between the two ways
+    apart = both_views(Probe(engine), [is_comm, ~is_comm], batched)
+    apart += both_views(Probe(engine), masks, batched)
+    together = both_views(Probe(engine), [is_comm, ~is_comm, *masks], batched)
+    assert together == apart
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_member_matches_isin(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-1, 1 + seed * 7, int(rng.integers(0, 300))).astype(np.int64)
+    wanted = np.unique(rng.integers(0, 2 + seed * 9, int(rng.integers(0, 6)))).astype(np.int64)
+    assert np.array_equal(_member(ids, wanted), (ids >= 0) & np.isin(ids, wanted))
+    assert not _member(np.full(4, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)).any()
