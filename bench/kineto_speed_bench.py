@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.profiler_readers_bench import replicate_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "data" / "kineto_example" / "slow-rank" / "traces"
 
@@ -40,20 +42,7 @@ def _named_set(out: Path, mb: float) -> None:
     size = sum(len(gzip.decompress(p.read_bytes())) for p in files)
     copies = max(1, int(1.4 * mb * 1e6 / size) + 1)
     for p in files:
-        doc = json.loads(gzip.decompress(p.read_bytes()))
-        ev = doc["traceEvents"]
-        xs = [e for e in ev if e.get("ph") == "X"]
-        span = max(e["ts"] + e.get("dur", 0) for e in xs) - min(e["ts"] for e in xs) + 1000.0
-        outev = [e for e in ev if e.get("ph") != "X"]
-        for c in range(copies):
-            for e in xs:
-                e2 = dict(e)
-                e2["ts"] = e["ts"] + c * span
-                if e["name"].startswith("ProfilerStep#"):
-                    e2["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + 100 * c}"
-                outev.append(e2)
-        doc["traceEvents"] = outev
-        (out / p.name).write_bytes(gzip.compress(json.dumps(doc).encode(), 3))
+        replicate_steps(p, out / p.name, copies, level=3)
 
 
 def _peer(paths: list[Path]) -> float:

@@ -41,8 +41,9 @@ def _time_read(paths: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - t0, len(trace.ops)
 
 
-def _replicate(src: Path, dst: Path, copies: int) -> None:
-    """The rank file with its profiled steps repeated ``copies`` times, later in time."""
+def replicate_steps(src: Path, dst: Path, copies: int, level: int = 9) -> None:
+    """The rank file with its profiled steps repeated ``copies`` times, later in time (steps renamed
+    ``ProfilerStep#N+100c``), gzip at ``level``."""
     with gzip.open(src, "rt") as fh:
         doc = json.load(fh)
     ev = doc["traceEvents"]
@@ -57,7 +58,7 @@ def _replicate(src: Path, dst: Path, copies: int) -> None:
                 e2["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + 100 * c}"
             out.append(e2)
     doc["traceEvents"] = out
-    with gzip.open(dst, "wt") as fh:
+    with gzip.open(dst, "wt", compresslevel=level) as fh:
         json.dump(doc, fh)
 
 
@@ -71,7 +72,7 @@ def bench_kineto(quick: bool) -> None:
             folder = Path(tmp) / f"x{copies}"
             folder.mkdir()
             for p in sorted(EXAMPLE.glob("*.json.gz")):
-                _replicate(p, folder / p.name, copies)
+                replicate_steps(p, folder / p.name, copies)
             sets.append((f"example x{copies} steps", sorted(folder.glob("*.json.gz"))))
         for label, paths in sets:
             n_ev = _events(paths)

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from diagnosers.model import int_ranges
 from diagnosers.report import WhatIfReport
 
 Variant = Literal["exact", "estimate", "step-estimate"]
@@ -306,20 +307,6 @@ class HeatmapDetail(BaseModel):
     omitted_steps: int = 0
 
 
-def _ranges(values: list[int]) -> str:
-    """``0-3,8``: sorted ints as compact ranges."""
-    out: list[str] = []
-    vals = sorted(set(values))
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def heatmap_detail(
     report: WhatIfReport, *, max_steps: int = 64, max_cols: int = 64, max_rows: int = 32
 ) -> HeatmapDetail:
@@ -341,8 +328,8 @@ def heatmap_detail(
         rrow, hrow = [], []
         for ca, cb in cols:
             cell = [r for p in range(ra, rb) for d in range(ca, cb) for r in by_cell.get((p, d), [])]
-            rrow.append(_ranges(cell))
-            hrow.append(_ranges([r // gph for r in cell]))
+            rrow.append(int_ranges(cell, ","))
+            hrow.append(int_ranges([r // gph for r in cell], ","))
         ranks.append(rrow)
         hosts.append(hrow)
     fixed = job_heatmap(report, max_cols=max_cols, max_rows=max_rows)

@@ -118,6 +118,20 @@ class NameClass(StrEnum):
     UNKNOWN = "unknown"
 
 
+def int_ranges(values: Iterable[int], sep: str = ", ") -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``: distinct ints, sorted, as compact ranges (for messages)."""
+    vals = sorted(set(values))
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return sep.join(out)
+
+
 def classify_name(name: str) -> NameClass:
     """Look a recorded op name up in the op-name table (docs/FORMAT.md)."""
     if name in OPTYPE_CODE:

@@ -42,7 +42,15 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.kernel_graph import ExplicitGraph
-from diagnosers.model import P2P_OPTYPES, JobMeta, NameClass, Trace, TraceError, classify_name
+from diagnosers.model import (
+    P2P_OPTYPES,
+    JobMeta,
+    NameClass,
+    Trace,
+    TraceError,
+    classify_name,
+    int_ranges,
+)
 from diagnosers.readers import ReadOptions, kineto_kernels, read_failure, validate
 from diagnosers.readers.normalize import columns_from_lists
 
@@ -692,7 +700,7 @@ def _infer_pipeline(files: Sequence[RankFile], options: ReadOptions, layout: Lay
     except TraceError:
         return layout
     guessed.source = (
-        f"named P2P spans: ranks {_ranges(first)} never receive activations, so they are stage 0 "
+        f"named P2P spans: ranks {int_ranges(first)} never receive activations, so they are stage 0 "
         "(Megatron rank order assumed; name the process groups or pass --pp to be sure)"
     )
     return guessed
@@ -729,7 +737,7 @@ def collect_job(
         if not partial:
             raise TraceError(
                 f"the job has world size {layout.world_size} ({want} DP x PP workers) but only "
-                f"{len(present)} rank file(s) were given (ranks {_ranges(present)}); a what-if analysis "
+                f"{len(present)} rank file(s) were given (ranks {int_ranges(present)}); a what-if analysis "
                 "needs one trace per DP x PP worker: pass every rank's file (or read the subset as a "
                 "smaller job with ReadOptions(extra={'partial': True}))"
             )
@@ -900,20 +908,6 @@ def _kernel_level(
     }
     meta = JobMeta(dp=layout.dp, pp=1, tp=layout.tp, cp=layout.cp, source_format="kineto", **meta_kw)
     return columns, meta, notes, graph
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    out: list[str] = []
-    vals = sorted(values)
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def read(paths: list[Path], options: ReadOptions) -> Trace:

@@ -36,3 +36,17 @@ def native_jsonl(n_steps: int = 2, tag: str = "") -> bytes:
             }
             lines.append(json.dumps(op))
     return ("\n".join(lines) + "\n").encode()
+
+
+# A raw MCP initialize request and the headers Streamable HTTP needs (for tests below the SDK client)
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

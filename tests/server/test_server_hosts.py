@@ -4,19 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from lens_testing import Live
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+from lens_testing import INIT, MCP_HEADERS, Live
 
 
 def _get(live: Live, path: str, host: str, **headers: str) -> httpx.Response:

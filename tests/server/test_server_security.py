@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import httpx2
 import pytest
-from lens_testing import TOKEN, Live, native_jsonl
+from lens_testing import INIT, MCP_HEADERS, TOKEN, Live, native_jsonl
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
@@ -19,17 +19,6 @@ from server.core.security import PathNotAllowed, resolve_allowed
 from server.core.settings import Settings, SettingsError
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
