@@ -345,7 +345,10 @@ def _blames_base(exc: ValueError, base: dict[str, Any]) -> bool:
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
-        return bool(base)
+        # JobMeta's own checks across fields (layer lists against pp / vpp) raise a plain
+        # ValueError when every value has its type; like pydantic's model-level errors they blame
+        # the keys given
+        return True
     given = {k.removesuffix("_size") for k in base} | {"cp" for k in base if k == "dsp_size"} | set(base)
     fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
     layers = any(k in base for k in ("layers_per_stage", "layers_per_chunk"))
