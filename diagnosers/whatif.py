@@ -252,7 +252,7 @@ def build_engine(trace: Trace) -> WhatIfEngine:
 
     ideal_node = np.empty(t.n_nodes)
     pool = t.optype if t.pool is None else t.pool
-    for o in np.unique(pool):
+    for o in sorted(set(pool.tolist())):  # node-sized: no need for np.unique (which imports numpy.ma)
         nodes = pool == o
         vals = orig[nodes]
         ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[t.optype[nodes][0]] else np.median(vals)
@@ -531,10 +531,9 @@ def report_json(
     # --- put-backs: by op type and by stage (whole nodes), by DP rank (one rank restored)
     tick(0.3, "attributing by op type and stage")
     ideal3 = eng.ideal_node[:, None, None]
-    present = sorted({optype_group_of(OPTYPES[o]) for o in np.unique(t.optype)})
-    groups_of_key = {
-        key: [o for o in np.unique(t.optype) if optype_group_of(OPTYPES[o]) == key] for key in present
-    }
+    node_types = sorted(set(t.optype.tolist()))
+    present = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
+    groups_of_key = {key: [o for o in node_types if optype_group_of(OPTYPES[o]) == key] for key in present}
     k_opt = len(present)
     mask = np.zeros((t.n_nodes, k_opt + pp), dtype=bool)
     for i, key in enumerate(present):

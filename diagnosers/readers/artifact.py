@@ -251,15 +251,15 @@ META_KEYS: frozenset[str] = frozenset(
 def load_meta_yaml(path: Path) -> dict[str, Any]:
     """The keys of a meta yaml file (the artifact's ``meta-*.yaml``). An unknown key is an error
     (a typo such as ``pp_szie`` would otherwise leave the size to be guessed from the data)."""
-    import difflib
-
-    import yaml
-
     try:
         data = validate.load_yaml(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot read meta yaml: {exc}", file=str(path)) from exc
-    except yaml.YAMLError as exc:
+    except Exception as exc:
+        import yaml  # already imported by load_yaml when it parsed the file
+
+        if not isinstance(exc, yaml.YAMLError):
+            raise
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
@@ -268,6 +268,8 @@ def load_meta_yaml(path: Path) -> dict[str, Any]:
         raise TraceError("meta yaml is not a mapping of keys to values", file=str(path))
     unknown = sorted(str(k) for k in data if k not in META_KEYS)
     if unknown:
+        import difflib
+
         hints = [h for k in unknown for h in difflib.get_close_matches(k, META_KEYS, n=1)]
         hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
         raise TraceError(

@@ -141,7 +141,8 @@ def reduce_into(
         return out
     starts = np.r_[0, np.flatnonzero(index[1:] != index[:-1]) + 1]
     heads = index[starts]
-    if len(np.unique(heads)) == len(heads):  # every index in one run
+    ordered = np.sort(heads)
+    if not (ordered[1:] == ordered[:-1]).any():  # every index in one run
         out[heads] = ufunc(out[heads], ufunc.reduceat(values, starts))
     else:
         ufunc.at(out, index, values)

@@ -64,7 +64,8 @@ def test_analyze_command_does_not_import_pydantic() -> None:
     code = (
         "import sys; from server.cli import main; "
         f"rc = main(['analyze', {str(artifact_trace('ST'))!r}, '--json']); "
-        "print('PYDANTIC', sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))"
+        "mods = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')); "
+        "print('PYDANTIC', mods)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[-1] == "PYDANTIC []"
@@ -127,5 +128,5 @@ def test_job_meta_schema_keeps_its_bounds_and_descriptions() -> None:
         "type": "integer",
     }
     assert schema["properties"]["world_size"]["minimum"] == 0
-    with pytest.raises(ValidationError, match="Extra inputs|Unexpected keyword"):
+    with pytest.raises(ValidationError, match=r"Extra inputs|Unexpected keyword"):
         TypeAdapter(JobMeta).validate_python({"dp": 1, "pp_szie": 2})
