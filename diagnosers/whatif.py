@@ -32,7 +32,7 @@ from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.readers.normalize import reduce_into
-from diagnosers.simulate import Array, mixed_source, simulate
+from diagnosers.simulate import Array, Patch, mixed_source, simulate
 
 # The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
 # artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
@@ -176,7 +176,7 @@ class WhatIfEngine:
         return self.simulate_dense(get, len(masks))
 
     def simulate_dense(
-        self, durations: Callable[[int], Array] | Array, k: int, *, dp: int | None = None
+        self, durations: Callable[[int], Array | Patch] | Array, k: int, *, dp: int | None = None
     ) -> npt.NDArray[np.float64]:
         """Step times ``(k, n_steps)`` for a duration source over template nodes (see ``simulate``)."""
         return simulate(self.template, durations, (k, dp or self.template.dp, len(self.steps))).step_times
