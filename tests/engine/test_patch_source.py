@@ -60,3 +60,4 @@ def test_mixed_source_patches_the_smaller_side() -> None:
     assert np.array_equal(p0.base, a[0][None]) and np.array_equal(p0.values, b[0][None])
     assert isinstance(p1, Patch) and list(p1.rows) == [3] and np.array_equal(p1.base, b[1][None])
     assert not isinstance(get(2), Patch)
+
