@@ -191,7 +191,8 @@ def mixed_source(a: Array, b: Array, use_b: npt.NDArray[np.bool_]) -> DurationSo
     """Per node: scenario k takes ``b[v]`` where ``use_b[v, k]`` and ``a[v]`` elsewhere.
 
     ``a`` and ``b`` are ``(n_nodes, D, S)`` arrays (axes may be 1); ``use_b`` is ``(n_nodes, K)``.
-    Nodes where all or no scenario switch keep the narrow shape, so the pass stays cheap.
+    Nodes where all or no scenario switch keep the narrow shape, so the pass stays cheap; the
+    others are a :class:`Patch` of the value most scenarios take, with the rest as patched rows.
     """
     all_b: npt.NDArray[np.bool_] = np.asarray(use_b.all(axis=1))
     any_b: npt.NDArray[np.bool_] = np.asarray(use_b.any(axis=1))
