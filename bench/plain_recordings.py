@@ -4,7 +4,8 @@
 the held-out part, stored before tuning and run once; ``kineto_plain_heldout2`` (``--part
 heldout2``) a second held-out set, stored before the transport-noise work and run once at its
 end; ``kineto_plain_heldout3`` (``--part heldout3``) a third, with 3- and 4-rank jobs, stored before
-the compute-noise work and run once at its end. Per recording: the truth from its ``injections.json``, the top cause and its ranks, the
+the compute-noise work and run once at its end; ``kineto_plain_tune2`` (``--part tune2``) five
+tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the top cause and its ranks, the
 slowdown and the simulation error; then the share found (cause and rank).
 """
 
@@ -20,7 +21,7 @@ from diagnosers.whatif import analyze
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2",
-         "heldout3": "kineto_plain_heldout3"}
+         "heldout3": "kineto_plain_heldout3", "tune2": "kineto_plain_tune2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
