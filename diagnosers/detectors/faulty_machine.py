@@ -59,7 +59,7 @@ from diagnosers.detectors.peers import (
     peer_reference,
 )
 from diagnosers.detectors.registry import register, register_fallback
-from diagnosers.detectors.stats import BWD, FWD, OPT
+from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -91,6 +91,10 @@ MIN_EXCESS = 0.02
 # at least ONSET_Z standard errors above it.
 ONSET_JOINT_Z = 2.5
 ONSET_BEFORE_Z = 2.0
+# A forward position long without its backward in nearly every step (``slow_positions``): at
+# least this robust z of its unmirrored excess (the GC detector's pause measure, at a lower bar:
+# recurring in every step is the evidence, not one extreme op).
+POSITION_Z = 5.0
 # The joint outlier test needs at least this many (affected) steps.
 JOINT_MIN_STEPS = 3
 # The optimizer counts as a second measurement only while its step-to-step noise correlates with
@@ -364,6 +368,35 @@ def consistently_slow(
     return worst
 
 
+def slow_positions(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:
+    """The smallest, over the cells, of the largest share of the ``affected`` steps in which the
+    cell's forward at one position (``stats.op_mb``: its microbatch, or its place among the
+    worker's forwards of the step) runs long without its backward (unmirrored excess at least
+    ``POSITION_Z`` robust sigma and ``OUTLIER_REL`` of a typical forward, the GC detector's
+    measure of a pause).
+
+    A kernel-level job cuts one pass into segments at every collective (FSDP: one per layer), so
+    a machine slow in one layer's forward kernels is slow in one segment of seven, but in that one
+    in every step; a collector pauses a random forward in a random step, and a longer microbatch
+    (sequence length) lengthens its backward too (real recordings: a rank sleeping in one layer's
+    forward is long there in 6 of 6 steps)."""
+    if stats.op_mb is None or not len(stats.fwd_index):
+        return 0.0
+    long = (stats.fwd_excess_z >= POSITION_Z) & (stats.fwd_excess >= OUTLIER_REL * stats.fwd_typical)
+    rows = stats.fwd_index
+    in_steps = affected[stats.op_step_index[rows]]
+    n_aff = max(int(affected.sum()), 1)
+    worst = 1.0
+    for d, p in cells:
+        mine = long & (stats.op_dp[rows] == d) & (stats.op_pp[rows] == p) & in_steps
+        best = 0.0
+        for pos in np.unique(stats.op_mb[rows][mine]):
+            at = mine & (stats.op_mb[rows] == pos)
+            best = max(best, len(np.unique(stats.op_step_index[rows][at])) / n_aff)
+        worst = min(worst, best)
+    return worst
+
+
 def optimizer_ratio(
     stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
 ) -> float | None:
@@ -517,14 +550,21 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
         joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
     )
-    if z < OUTLIER_Z and not joint_ok:
+    # ... or with one op position slow in nearly every step as the second measurement (a slow
+    # layer of a kernel-level job, which leaves the optimizer step alone)
+    position_ok = (not joint_ok and int(affected.sum()) >= JOINT_MIN_STEPS
+                   and z >= small_job_outlier_bar(n_workers)
+                   and slow_positions(stats, cells, affected) >= CONSISTENT_FRACTION)
+    if z < OUTLIER_Z and not joint_ok and not position_ok:
         return None
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells, affected)
     opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
     consistent = None if opt_slow else consistently_slow(stats, cells, affected)
-    if consistent is not None and consistent < CONSISTENT_FRACTION:
+    if consistent is not None and consistent < CONSISTENT_FRACTION and (
+        slow_positions(stats, cells, affected) < CONSISTENT_FRACTION
+    ):
         # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
         return None
     share, compute_share = _shares(stats, report, cells)
