@@ -671,7 +671,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
     outlier-worker``) when its S_w is at least ``max(FALLBACK_Z, sqrt(2 ln n) + 0.5)`` robust sigma
     above the other n - 1 cells' (the slowest of n healthy workers sits ~sqrt(2 ln n) out), its
-    own compute is slow against its peers in every step and above the noise floor, its speed
+    own compute is slow against its peers in every step and above the noise floor (``OWN_Z``
+    standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
     backwards are. Never "within noise" while such a worker exists."""
@@ -690,8 +691,14 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
-    # few steps of heavy noise a healthy worker is above its peers in most steps by chance.
-    if t.typical < max(OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS)) or t.persist < 1.0:
+    # few steps of heavy noise a healthy worker is above its peers in most steps by chance. Its own
+    # compute must stand above the floor as in ``own_slow``: alone, or with its optimizer step as
+    # the second measurement of the same machine (``joint_typical_z``).
+    least = np.log(1.0 + MIN_EXCESS)
+    own = t.typical >= max(OWN_Z * floor.typical_sigma(), least) or (
+        t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z
+    )
+    if not own or t.persist < 1.0:
         return None
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
