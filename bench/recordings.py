@@ -126,6 +126,7 @@ class Scored:
     slowdown: float
     # right, or the job's standing last-stage load first and the injected cause found (docstring)
     right_standing: bool = False
+    cls: str = ""  # the injected class: healthy, onset, or the expected cause id (two: joined by +)
 
 
 def diagnose_folder(folder: Path) -> Diagnosis:
@@ -173,7 +174,14 @@ def score_folder(folder: Path, diag: Diagnosis | None = None) -> Scored:
         got=[(c.id.value, c.confidence, c.location.ranks[:8], c.pattern.temporal) for c in diag.causes],
         slowdown=diag.slowdown,
         right_standing=bool(standing),
+        cls=_class_of(exps),
     )
+
+
+def _class_of(exps: list[Expected]) -> str:
+    """The recording's class for the per-class figures."""
+    names = ["healthy" if e.cause is None else ("onset" if e.onset else e.cause.value) for e in exps]
+    return "+".join(names)
 
 
 def _last_stage_ranks(inj: dict[str, Any]) -> set[int]:
@@ -231,14 +239,21 @@ def main(argv: list[str] | None = None) -> int:
             mark = "ok " if r.right else ("ok2" if r.right_standing else "BAD")
             print(f"  {mark} {r.name:24s} S={r.slowdown:.3f} got={r.got}")
     healthy = [r for r in res if r.healthy]
+    n = max(len(res), 1)
+    right, standing = sum(r.right for r in res), sum(r.right_standing for r in res)
     print(
-        f"recordings ({args.part}): {len(res)}, right {sum(r.right for r in res)} "
-        f"({sum(r.right for r in res) / max(len(res), 1):.3f}), right with the standing last-stage load "
-        f"first {sum(r.right_standing for r in res)} ({sum(r.right_standing for r in res) / max(len(res), 1):.3f}); "
-        f"healthy {len(healthy)}, "
+        f"recordings ({args.part}): {len(res)}, right {right} ({right / n:.3f}), right with the standing "
+        f"last-stage load first {standing} ({standing / n:.3f}); healthy {len(healthy)}, "
         f"false faulty-machine/GC on healthy {sum(r.false_machine_or_gc for r in healthy)}; "
         f"silent misses {sum(r.silent_miss for r in res)}"
     )
+    by_class: dict[str, list[Scored]] = {}
+    for r in res:
+        by_class.setdefault(r.cls, []).append(r)
+    print("per class (right / right with the standing load / recordings): " + ", ".join(
+        f"{c} {sum(r.right for r in rs)}/{sum(r.right_standing for r in rs)}/{len(rs)}"
+        for c, rs in sorted(by_class.items())
+    ))
     return 0
 
 
