@@ -13,7 +13,8 @@ Evidence, all of which must hold:
 - all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
   or, with lower confidence, at least 90% of the worker's forwards (or backwards) take 1.2x or
   more their stage's median — slow kernels on every microbatch, which no data imbalance or
-  sporadic pause produces;
+  sporadic pause produces — unless the job's microbatches carry their own cost (variable lengths,
+  ``lengths_vary``), where that is what longer data does;
 - what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
   slowdown, or putting only their compute back into the ideal run recreates that share (the
   host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
@@ -59,6 +60,7 @@ from diagnosers.detectors.peers import (
     peer_reference,
 )
 from diagnosers.detectors.registry import register, register_fallback
+from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
 from diagnosers.detectors.stats import BWD, FWD, OPT
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
@@ -364,6 +366,16 @@ def consistently_slow(
     return worst
 
 
+def lengths_vary(stats: TraceStats) -> bool:
+    """Whether the job's microbatches carry their own cost (``sequence_length.microbatch_coherence``
+    at its bars ``COHERENCE`` and ``COHERENCE_Z``): the same microbatches are the long ones on
+    every stage and pass, as variable sequence lengths make them. Then a worker whose forwards and
+    backwards are slow while its optimizer step is normal may hold the longer data; only a slow
+    optimizer too ("all compute types slow", METHOD.md A6) still points at its machine."""
+    coherence, z = microbatch_coherence(stats)
+    return coherence >= COHERENCE and z >= COHERENCE_Z
+
+
 def optimizer_ratio(
     stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
 ) -> float | None:
@@ -526,6 +538,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     consistent = None if opt_slow else consistently_slow(stats, cells, affected)
     if consistent is not None and consistent < CONSISTENT_FRACTION:
         # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
+        return None
+    if consistent is not None and lengths_vary(stats):
+        # Only forwards and backwards slow (the optimizer normal) in a job whose microbatches carry
+        # their own cost: that is what longer data does; it is no evidence for the hardware.
         return None
     share, compute_share = _shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
@@ -714,6 +730,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     if consistent is not None and consistent < 0.5 * CONSISTENT_FRACTION:
         # Neither its optimizer nor most of its kernels are slow: a few heavy-tailed ops, not a worker.
         return None
+    if consistent is not None and lengths_vary(stats):
+        return None  # its optimizer normal and the microbatches' lengths vary: data, as in ``detect``
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor,
                   affected if t.onset is not None else None, outlier_only=sw_z)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from diagnosers import whatif
-from diagnosers.detectors import compute_stats, dataloader
+from diagnosers.detectors import compute_stats, dataloader, faulty_machine
 from diagnosers.readers import load_trace
 from diagnosers.vocab import CauseId
 
@@ -83,3 +83,22 @@ def test_the_standing_last_stage_load_first_counts_only_with_the_injected_cause_
     scored = recordings.score_folder(folder, alone)
     assert not scored.right and not scored.right_standing
 
+
+
+def test_forwards_and_backwards_slow_with_a_normal_optimizer_under_variable_lengths_are_data() -> None:
+    # variable sequence lengths on a busy 2x3 job: rank 0's compute ran 3.6x its peer's with its
+    # optimizer 0.79x; the microbatches' costs agree across stages (the lengths), so the
+    # forward/backward-only slowness is no evidence for the machine
+    folder = _folder("heldout3", "var-seq-2x3")
+    d = recordings.diagnose_folder(folder)
+    assert d.causes and d.causes[0].id == CauseId.SEQUENCE_LENGTH_IMBALANCE, [c.id for c in d.causes]
+    assert all(c.id != CauseId.FAULTY_MACHINE for c in d.causes)
+    trace = load_trace([folder / "traces"])
+    assert faulty_machine.lengths_vary(compute_stats(trace, whatif.build_engine(trace)))
+
+
+def test_fixed_lengths_do_not_vary() -> None:
+    # the healthy and the slow-rank recordings of the same job: fixed sequence length
+    for part, name in (("heldout3", "healthy-2x3"), ("heldout3", "slow-rank-2x2")):
+        trace = load_trace([_folder(part, name) / "traces"])
+        assert not faulty_machine.lengths_vary(compute_stats(trace, whatif.build_engine(trace))), name
