@@ -176,3 +176,28 @@ def test_third_round_figures_on_the_parts_seen_before_it(
     for part in (*real.values(), heldout2.values(), heldout3.values()):
         for r in part:
             assert r.right_standing or not r.right, r.name  # the second figure only adds
+
+
+# The fourth held-out part (heldout4): recorded and committed before the third round's changes,
+# diagnosed once at its end: 10 of 12 right, no false faulty-machine or GC, no silent miss.
+HELDOUT4_RIGHT = [
+    "dataloader-stall-2x2",
+    "gc-pause-3x2",
+    "healthy-2x2",
+    "layers-2x3",
+    "onset-2x3",
+    "onset-4x2",
+    "send-delay-2x4",
+    "slow-rank-3x2",
+    "slow-rank-last-2x3",
+    "var-seq-4x2",
+]
+
+
+def test_fourth_heldout_part_at_least_as_measured() -> None:
+    got = _scored("heldout4", 12)
+    for name in HELDOUT4_RIGHT:
+        assert got[name].right, f"{name}: {got[name].got}"
+    assert sum(r.right_standing for r in got.values()) >= 10
+    assert not any(r.false_machine_or_gc for r in got.values())
+    assert sum(r.silent_miss for r in got.values()) == 0
