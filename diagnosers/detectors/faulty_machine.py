@@ -13,7 +13,8 @@ Evidence, all of which must hold:
 - all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
   or, with lower confidence, at least 90% of the worker's forwards (or backwards) take 1.2x or
   more their stage's median — slow kernels on every microbatch, which no data imbalance or
-  sporadic pause produces;
+  sporadic pause produces — unless the job's microbatches carry their own cost (variable lengths,
+  ``lengths_vary``), where that is what longer data does;
 - what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
   slowdown, or putting only their compute back into the ideal run recreates that share (the
   host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
@@ -59,6 +60,7 @@ from diagnosers.detectors.peers import (
     peer_reference,
 )
 from diagnosers.detectors.registry import register, register_fallback
+from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
 from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
@@ -397,6 +399,16 @@ def slow_positions(stats: TraceStats, cells: list[tuple[int, int]], affected: np
     return worst
 
 
+def lengths_vary(stats: TraceStats) -> bool:
+    """Whether the job's microbatches carry their own cost (``sequence_length.microbatch_coherence``
+    at its bars ``COHERENCE`` and ``COHERENCE_Z``): the same microbatches are the long ones on
+    every stage and pass, as variable sequence lengths make them. Then a worker whose forwards and
+    backwards are slow while its optimizer step is normal may hold the longer data; only a slow
+    optimizer too ("all compute types slow", METHOD.md A6) still points at its machine."""
+    coherence, z = microbatch_coherence(stats)
+    return coherence >= COHERENCE and z >= COHERENCE_Z
+
+
 def optimizer_ratio(
     stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
 ) -> float | None:
@@ -567,6 +579,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     ):
         # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
         return None
+    if consistent is not None and lengths_vary(stats):
+        # Only forwards and backwards slow (the optimizer normal) in a job whose microbatches carry
+        # their own cost: that is what longer data does; it is no evidence for the hardware.
+        return None
     share, compute_share = _shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
@@ -711,7 +727,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
     outlier-worker``) when its S_w is at least ``max(FALLBACK_Z, sqrt(2 ln n) + 0.5)`` robust sigma
     above the other n - 1 cells' (the slowest of n healthy workers sits ~sqrt(2 ln n) out), its
-    own compute is slow against its peers in every step and above the noise floor, its speed
+    own compute is slow against its peers in every step and above the noise floor (``OWN_Z``
+    standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
     backwards are. Never "within noise" while such a worker exists."""
@@ -730,8 +747,14 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
-    # few steps of heavy noise a healthy worker is above its peers in most steps by chance.
-    if t.typical < max(OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS)) or t.persist < 1.0:
+    # few steps of heavy noise a healthy worker is above its peers in most steps by chance. Its own
+    # compute must stand above the floor as in ``own_slow``: alone, or with its optimizer step as
+    # the second measurement of the same machine (``joint_typical_z``).
+    least = np.log(1.0 + MIN_EXCESS)
+    own = t.typical >= max(OWN_Z * floor.typical_sigma(), least) or (
+        t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z
+    )
+    if not own or t.persist < 1.0:
         return None
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
@@ -747,6 +770,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     if consistent is not None and consistent < 0.5 * CONSISTENT_FRACTION:
         # Neither its optimizer nor most of its kernels are slow: a few heavy-tailed ops, not a worker.
         return None
+    if consistent is not None and lengths_vary(stats):
+        return None  # its optimizer normal and the microbatches' lengths vary: data, as in ``detect``
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor,
                   affected if t.onset is not None else None, outlier_only=sw_z)
