@@ -98,6 +98,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         probe=probe,
         op_start=ops.start_ts.astype(np.float64),
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
+        microbatches=trace.graph is None,
     )
 
 
