@@ -6,8 +6,9 @@ first forward (METHOD.md A3, A5). Evidence, all of which must hold:
 - launch slowdown above 1.05: the study discarded traces whose simulation error exceeded 5% as
   unexplained, so more than that is time the dependency model cannot account for;
 - the per worker-step idle gap before the first forward, on the workers that stall, accounts
-  for at least half of that unexplained time, or of the unexplained time of the steps it stalls
-  (``share_in_stalling_steps``: a stall in one step is judged on that step), and for at least
+  for at least half of that unexplained time, or, when only one worker ever idles so, of the
+  unexplained time of the steps it stalls (``share_in_stalling_steps``: one input pipeline late
+  in one step is judged on that step), and for at least
   ``MIN_SHARE`` of all lost time (measured step time over the ideal one);
 Stalling workers are those whose mean gap is at least half the largest worker's; stalling steps
 those whose largest gap is at least half the largest step's. A gap on more than half the workers
@@ -71,7 +72,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     share = stall / unexplained if unexplained > 0 else 0.0
     per_worker = stats.launch_idle.mean(axis=0)  # (dp, pp)
     per_step = stats.launch_idle.max(axis=(1, 2))  # (S,)
-    in_steps = share_in_stalling_steps(report, stats, per_step)
+    # the per-step reading is for one input pipeline: several workers idling together in a few
+    # steps are as likely the host descheduling them at once (see the one-off and job-wide rules)
+    one_worker = int((per_worker > 0).sum()) == 1
+    in_steps = share_in_stalling_steps(report, stats, per_step) if one_worker else 0.0
     if max(share, in_steps) < 0.5:
         return None
     cells = [(int(d), int(p)) for d, p in zip(*np.nonzero(per_worker >= 0.5 * per_worker.max()), strict=True)]
