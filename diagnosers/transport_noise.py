@@ -296,8 +296,9 @@ class DetectionView:
 
 def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> DetectionView | None:
     """The detection view of a kernel-level job whose transient collective stalls
-    (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) hold at least
-    ``NOISE_SHARE`` of its slowdown, else None.
+    (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) are material,
+    the two judged together (:func:`judge_noises`: ``NOISE_SHARE`` of the slowdown, or of what
+    the other material noise leaves), else None.
 
     Compute-side causes (a slow rank, a GC pause, an input stall) live in compute segments and
     launch gaps, which the stalls do not touch; judged against a slowdown the stalls inflate, their
