@@ -27,20 +27,25 @@ OUTLIER_REL = 0.2
 
 
 def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
-    """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe."""
+    """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe.
+
+    Each per-row quantity several statistics share (the flat worker and (step, worker) cell of
+    every row, op ends, the forward and backward masks) is computed once here."""
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
     steps, si = _step_index(ops.step)
     n_s = len(steps)
-    d = ops.dp_rank.astype(np.int64)
-    p = ops.stage.astype(np.int64)
-    cell = (si * dp + d) * pp + p
+    # each row's flat worker d * pp + p (int32, as TraceStats.worker_mask wants it) and its
+    # (step, worker) cell (step_index * dp + d) * pp + p
+    worker = (ops.dp_rank.astype(np.int32) * pp + ops.stage).astype(np.int32, copy=False)
+    cell = si * (dp * pp) + worker
     size = n_s * dp * pp
 
-    rank_of = np.full((dp, pp), -1, dtype=np.int64)
-    rank_of[d, p] = ops.rank
+    rank_of = _rank_of(worker, ops.rank, dp, pp)
 
-    is_comp = (ops.optype == FWD) | (ops.optype == BWD)
+    is_f = ops.optype == FWD
+    is_b = ops.optype == BWD
+    is_comp = is_f | is_b
     compute = (
         np.bincount(cell[is_comp], weights=ops.duration[is_comp], minlength=size)
         .astype(np.float64)
@@ -53,22 +58,25 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     step_time = step_end - step_start
 
     launch_idle = _launch_idle(
-        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps
+        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
+        end=end, is_f=is_f,
     ).reshape(n_s, dp, pp)
 
-    corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(trace, si)
+    corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
+        trace, si, cell=cell, fwd_rows=np.flatnonzero(is_f), bwd_rows=np.flatnonzero(is_b)
+    )
     is_opt = ops.optype == OPT
     optimizer = (
         np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
         .astype(np.float64)
         .reshape(n_s, dp, pp)
     )
-    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == FWD, pp)
-    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == BWD, pp)
+    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, is_f, pp)
+    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, is_b, pp)
 
     probe = Probe(engine) if engine is not None else None
     transfer = probe.original if probe is not None else ops.duration.astype(np.float64)
-    return TraceStats(
+    stats = TraceStats(
         steps=steps,
         dp=dp,
         pp=pp,
@@ -96,9 +104,24 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_mb=np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32),
         transfer=transfer,
         probe=probe,
-        op_start=ops.start_ts.astype(np.float64),
+        op_start=np.asarray(ops.start_ts, dtype=np.float64),  # read only: no copy
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
     )
+    stats._op_worker = worker
+    return stats
+
+
+def _rank_of(
+    worker: npt.NDArray[np.int32], rank: npt.NDArray[np.int64], dp: int, pp: int
+) -> npt.NDArray[np.int64]:
+    """(dp, pp) traced global rank of each worker, -1 if absent: ``rank_of[d, p] = rank`` over the
+    rows, whose last write wins. Only the last row of each run of one worker is written (the
+    same last rows, so the same values), a few thousand writes instead of one per row."""
+    out = np.full(dp * pp, -1, dtype=np.int64)
+    if len(worker):
+        last = np.r_[np.flatnonzero(worker[1:] != worker[:-1]), len(worker) - 1]
+        out[worker[last]] = rank[last]
+    return out.reshape(dp, pp)
 
 
 def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -110,7 +133,7 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
     if hi - lo > 4 * len(step) + 1024:
         steps = np.unique(step).astype(np.int64)
         return steps, np.searchsorted(steps, step).astype(np.int64)
-    offset = step.astype(np.int64) - lo
+    offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
     present = np.bincount(offset, minlength=hi - lo + 1) > 0
     position = np.cumsum(present) - 1
     return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
@@ -126,16 +149,23 @@ def _launch_idle(
     size: int,
     step_end: npt.NDArray[np.float64] | None = None,
     steps: npt.NDArray[np.int64] | None = None,
+    *,
+    end: npt.NDArray[np.float64] | None = None,
+    is_f: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Per worker-step: time between the step start (or, on a shared time axis, the worker's own
     end of the previous step, when later) and the worker's first forward-compute that no op of
     the worker covers. Communication waits are covered (a recv waiting for its peer is busy
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
-    Overlapping ops are counted twice, which can only under-state the idle time."""
-    is_f = optype == FWD
+    Overlapping ops are counted twice, which can only under-state the idle time. ``end`` (start +
+    duration) and ``is_f`` (the forward-compute rows) may be passed when the caller has them."""
+    if is_f is None:
+        is_f = optype == FWD
+    if end is None:
+        end = start + dur
     first_fwd = reduce_into(np.minimum, cell[is_f], start[is_f], size, np.inf)
-    ff = first_fwd[cell]
-    before = (start + dur) <= ff + EPS
+    # the tolerance added per cell, then gathered: the same sums as adding it per row
+    before = end <= (first_fwd + EPS)[cell]
     covered = np.bincount(cell[before], weights=dur[before], minlength=size)
     n_s = len(step_start)
     per_step = size // n_s if n_s else 0
@@ -146,7 +176,7 @@ def _launch_idle(
         # pipeline the first stage ends step N-1 (its last backward, the DP reduction) well after
         # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
         # starts later than the one before), count idle time from the worker's own previous end.
-        ends = reduce_into(np.maximum, cell, start + dur, size, -np.inf)
+        ends = reduce_into(np.maximum, cell, end, size, -np.inf)
         shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
         if shared_axis:
             prev = np.full(size, -np.inf)
@@ -160,7 +190,12 @@ def _launch_idle(
 
 
 def _forward_backward(
-    trace: Trace, si: npt.NDArray[np.int64]
+    trace: Trace,
+    si: npt.NDArray[np.int64],
+    *,
+    cell: npt.NDArray[np.int64] | None = None,
+    fwd_rows: npt.NDArray[np.intp] | None = None,
+    bwd_rows: npt.NDArray[np.intp] | None = None,
 ) -> tuple[
     dict[int, float],
     dict[int, float],
@@ -179,9 +214,14 @@ def _forward_backward(
     z-score of that excess over the stage's forwards. Also the number of backwards that look the
     same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
     backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
+
+    ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``) and the
+    forward / backward row indices may be passed when the caller has them.
     """
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
+    if cell is None:
+        cell = (si * dp + ops.dp_rank) * pp + ops.stage
     gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
     mbmax = int(max(ops.mb_id.max(initial=0), 0)) + 2
     seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
@@ -189,11 +229,11 @@ def _forward_backward(
     def keys(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
         mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
-        base = ((si[rows] * dp + ops.dp_rank[rows]) * pp + ops.stage[rows]).astype(np.int64)
+        base = cell[rows]
         return (base * gmax + (ops.gmc[rows].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
 
-    fi = np.flatnonzero(ops.optype == FWD)
-    bi = np.flatnonzero(ops.optype == BWD)
+    fi = np.flatnonzero(ops.optype == FWD) if fwd_rows is None else fwd_rows
+    bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
     kf, kb = keys(fi), keys(bi)
     space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * max(mbmax, seqmax)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
@@ -207,7 +247,7 @@ def _forward_backward(
     nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
     # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
-    wgroup = ((si[fi] * dp + ops.dp_rank[fi]) * pp + ops.stage[fi]).astype(np.int64) * gmax + ops.gmc[fi] + 1
+    wgroup = cell[fi] * gmax + ops.gmc[fi] + 1
     by_worker = _median_by(wgroup)
     wf, wb = by_worker(fd), by_worker(bd)
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
