@@ -107,7 +107,9 @@ def _fixed_durations(match: CauseMatch, stats: TraceStats, probe: Probe) -> tupl
     if match.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
         from diagnosers.detectors.sequence_length import rebalanced_durations
 
-        return rebalanced_durations(stats), "forward/backward cost rebalanced across DP ranks"
+        # the detector's and the remedy's scenario, shared (run once)
+        balanced = stats.cached("rebalanced_durations", lambda: rebalanced_durations(stats))
+        return balanced, "forward/backward cost rebalanced across DP ranks"
     if match.id is CauseId.GC_PAUSE:
         from diagnosers.detectors.gc_pause import paused_durations, paused_forwards
 
@@ -132,7 +134,7 @@ def marginal_gains(
                 batch.append(fixed[0])
                 where.append((i, fixed[1]))
     if batch and probe is not None:
-        times = probe.mean_times(np.stack(batch))
+        times = probe.means_of(batch)  # one pass; scenarios already run are not run again
         for (i, basis), t in zip(where, times, strict=True):
             gain = max(1.0, probe.t_orig / float(t)) if t > 0 else 1.0
             out[i] = (round(gain, 4), basis)

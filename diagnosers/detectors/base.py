@@ -9,7 +9,7 @@ slowdown that disappears (the ``rem`` ratio of M_W / M_S, METHOD.md A5).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,6 +97,9 @@ class Probe:
         # masked runs already made, by (ideal_inside, mask): the remedies and marginal gains ask
         # again for scenarios the detectors ran (a faulty machine's workers, drained)
         self._masked: dict[tuple[bool, int, bytes], float] = {}
+        # runs of read-only duration vectors (the statistics' shared scenarios, TraceStats.cached),
+        # by identity: the vector is kept here, so its id stays its own, and cannot change
+        self._vectors: dict[int, tuple[npt.NDArray[np.float64], float]] = {}
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
@@ -116,6 +119,39 @@ class Probe:
             chunk = int(max(1, min(64, 25_000_000 // max(d.shape[1], 1))))
         out = [self.step_times(d[i : i + chunk]).mean(axis=1) for i in range(0, len(d), chunk)]
         return np.concatenate(out) if out else np.zeros(0)
+
+    def means_of(self, vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+        """Mean simulated step time of each (n_ops,) duration vector, every vector not run before
+        in one batch (:meth:`mean_times`). A read-only vector (a shared scenario from
+        :meth:`TraceStats.cached`) is run once per probe, whoever asks for it."""
+        out = np.zeros(len(vectors), dtype=np.float64)
+        todo: list[int] = []
+        for i, v in enumerate(vectors):
+            hit = self._vectors.get(id(v))
+            if hit is not None and hit[0] is v:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        if todo:
+            times = self.mean_times(np.stack([vectors[i] for i in todo]))
+            for i, t in zip(todo, times, strict=True):
+                out[i] = t
+                v = vectors[i]
+                if isinstance(v, np.ndarray) and not v.flags.writeable:
+                    self._vectors[id(v)] = (v, float(t))
+        return out
+
+    def shares(
+        self, removed: npt.NDArray[np.float64], put_back: npt.NDArray[np.float64]
+    ) -> tuple[float, float]:
+        """``(share(removed), add_share(put_back))`` from one batch of what-if runs: the ``rem``
+        view of a cause's fixed durations and the ``add`` view of its put-back ones, which every
+        compute detector asks for together."""
+        gap = self.t_orig - self.t_ideal
+        if gap <= 1e-12 * max(self.t_orig, 1e-12):
+            return 0.0, 0.0
+        t_rem, t_add = self.means_of([removed, put_back])
+        return float((self.t_orig - t_rem) / gap), float((t_add - self.t_ideal) / gap)
 
     def masked_means(
         self, masks: Sequence[npt.NDArray[np.bool_]], *, ideal_inside: bool = True
@@ -250,6 +286,17 @@ class TraceStats:
     op_mb: npt.NDArray[np.int32] | None = None
     notes: list[str] = field(default_factory=list)
     _op_worker: npt.NDArray[np.int32] | None = field(default=None, init=False, repr=False, compare=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cached(self, key: Any, make: Callable[[], npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        """``make()`` computed once per ``key`` and shared, read-only: a scenario the detector, its
+        remedy and its marginal gain all simulate (e.g. the rebalanced durations) is built once and,
+        being read-only, run once by the probe (:meth:`Probe.means_of`)."""
+        if key not in self._cache:
+            value = np.asarray(make()).view()  # a view: the maker's own array stays writeable
+            value.flags.writeable = False
+            self._cache[key] = value
+        return self._cache[key]
 
     @property
     def n_steps(self) -> int:
