@@ -304,12 +304,37 @@ class TraceStats:
 
     def of_types(self, codes: Iterable[int]) -> npt.NDArray[np.bool_]:
         """Per op: whether its op-type code is one of ``codes`` (``np.isin`` by a lookup table
-        over the few codes, a third of its time on a large trace)."""
-        wanted = np.asarray(list(codes), dtype=np.int64)
-        top = int(self.optype.max(initial=-1))
-        table = np.zeros(max(top, int(wanted.max(initial=-1))) + 1, dtype=bool)
-        table[wanted] = True
-        return table[self.optype]
+        over the few codes, a third of its time on a large trace). Made once per set of codes
+        and shared by every detector that asks (read-only)."""
+        wanted = np.asarray(sorted({int(c) for c in codes}), dtype=np.int64)
+
+        def make() -> npt.NDArray[np.bool_]:
+            top = int(self.optype.max(initial=-1))
+            table = np.zeros(max(top, int(wanted.max(initial=-1))) + 1, dtype=bool)
+            table[wanted] = True
+            return table[self.optype]
+
+        return self.cached(("of_types", tuple(wanted.tolist())), make)
+
+    @property
+    def op_worker(self) -> npt.NDArray[np.int32]:
+        """Per op: its flat worker ``dp_rank * pp + pp_rank`` (int32), made once."""
+        if self._op_worker is None:
+            self._op_worker = (self.op_dp.astype(np.int32) * self.pp + self.op_pp).astype(np.int32)
+            self._op_worker.flags.writeable = False
+        return self._op_worker
+
+    @property
+    def op_cell(self) -> npt.NDArray[np.int64]:
+        """Per op: its (step, worker) cell ``(step_index * dp + dp_rank) * pp + pp_rank``, made once."""
+        return self.cached(
+            "op_cell", lambda: self.op_step_index * (self.dp * self.pp) + self.op_worker
+        )
+
+    @property
+    def op_host(self) -> npt.NDArray[np.int64]:
+        """Per op: its host index (``host_of`` of its worker; -1 where the rank is unknown)."""
+        return self.cached("op_host", lambda: self.host_of.reshape(-1)[self.op_worker])
 
     @property
     def host_of(self) -> npt.NDArray[np.int64]:
@@ -340,9 +365,7 @@ class TraceStats:
         sel = np.zeros((self.dp, self.pp), dtype=bool)
         for d, p in cells:
             sel[d, p] = True
-        if self._op_worker is None:  # each op's flat worker, made once: one 1-D lookup per mask
-            self._op_worker = (self.op_dp.astype(np.int32) * self.pp + self.op_pp).astype(np.int32)
-        return sel.reshape(-1)[self._op_worker]
+        return sel.reshape(-1)[self.op_worker]  # each op's flat worker: one 1-D lookup per mask
 
     def describe(self) -> dict[str, Any]:
         """The trace's size (steps, dp, pp, op count) for a diagnosis's notes and views."""

@@ -86,7 +86,7 @@ def candidates(
     ``transfer``), ``batch`` (``batch_ids`` of the P2P rows) and ``links`` (``p2p_links``) may be
     passed in when the caller has them already.
     """
-    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    o, d, p = stats.optype, stats.op_dp, stats.op_pp
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
     if base is None:
@@ -111,7 +111,7 @@ def candidates(
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
     rows = np.flatnonzero(is_p2p)  # the P2P rows, gathered once for the three sums
-    cell_p2p = d[rows] * pp + p[rows]
+    cell_p2p = stats.op_worker[rows]
     p2p_sum = np.bincount(cell_p2p, weights=excess[rows], minlength=dp * pp)
     p2p_n = np.bincount(cell_p2p, minlength=dp * pp)
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
@@ -121,7 +121,7 @@ def candidates(
     )
     p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
-    host = stats.host_of[d, p]
+    host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
     n_hosts = len(np.unique(hosts_flat[hosts_flat >= 0]))
@@ -215,7 +215,7 @@ def stands_out(
     sums = np.bincount(link[ok], weights=ratio[ok], minlength=n_links)
     counts = np.bincount(link[ok], minlength=n_links)
     per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
-    cell = stats.op_dp.astype(np.int64) * stats.pp + stats.op_pp.astype(np.int64)
+    cell = stats.op_worker
     wsum = np.bincount(cell[is_p2p], weights=ratio[is_p2p], minlength=n_links)
     wn = np.bincount(cell[is_p2p], minlength=n_links)
     per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
@@ -282,7 +282,7 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
-    cell = (stats.op_step_index[idx] * stats.dp + stats.op_dp[idx]) * stats.pp + stats.op_pp[idx]
+    cell = stats.op_cell[idx]
     start = stats.op_start[idx]
     order = _by_cell_then_start(cell, start)
     c, t = cell[order], start[order]
@@ -339,7 +339,7 @@ def type_baseline(
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
-    for code in np.unique(codes):
+    for code in np.flatnonzero(np.bincount(codes)):  # np.unique's codes, by counting
         m = rows[codes == code]
         out[m] = np.percentile(transfer[m], 25)
     return out

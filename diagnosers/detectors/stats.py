@@ -107,7 +107,10 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_start=np.asarray(ops.start_ts, dtype=np.float64),  # read only: no copy
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
     )
-    stats._op_worker = worker
+    worker.flags.writeable = False
+    stats._op_worker = worker  # shared: TraceStats.op_worker
+    stats._cache["op_cell"] = cell
+    cell.flags.writeable = False
     return stats
 
 
