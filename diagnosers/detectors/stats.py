@@ -256,7 +256,10 @@ def _forward_backward(
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
     excess = fd - tf * np.maximum(1.0, nb)
-    by_stage = _median_by(stage)
+    # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages
+    gmc_f = ops.gmc[fi]
+    one_chunk = len(gmc_f) == 0 or int(gmc_f.min()) == int(gmc_f.max())
+    by_stage = by_chunk if one_chunk else _median_by(stage)
     med = by_stage(excess)
     mad = by_stage(np.abs(excess - med))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
@@ -265,20 +268,40 @@ def _forward_backward(
     # The correlations leave out forwards that look paused (the gc-pause rule): a pause inside a
     # forward is not data-dependent cost and would hide a sequence-length imbalance beside it.
     clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
-    corr: dict[int, float] = {}
-    within: dict[int, float] = {}
-    for s in range(pp):
-        m = (stage == s) & clean
-        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
-            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
-        if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
-            within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
+    corr, within = _stage_correlations(stage, clean, pp, (nf, nb), (xf, xb))
     b_excess = bd - tb * np.maximum(1.0, nf)
     b_med = by_stage(b_excess)
     b_mad = by_stage(np.abs(b_excess - b_med))
     b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
     bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
     return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
+
+
+def _stage_correlations(
+    stage: npt.NDArray[np.int64],
+    keep: npt.NDArray[np.bool_],
+    pp: int,
+    *pairs: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+) -> tuple[dict[int, float], ...]:
+    """Per pair (a, b) of value arrays: stage -> ``np.corrcoef(a[m], b[m])[0, 1]`` with ``m`` the
+    kept rows of that stage, for stages with at least 3 such rows and neither side constant.
+
+    The rows of each stage are found once, by a stable sort on the stage (ascending rows within
+    a stage, so the values come in the order ``a[(stage == s) & keep]`` gives them) instead of
+    a boolean scan of every row per stage and array."""
+    order = np.argsort(stage, kind="stable")
+    bounds = np.searchsorted(stage[order], np.arange(pp + 1))
+    out: tuple[dict[int, float], ...] = tuple({} for _ in pairs)
+    for s in range(pp):
+        rows = order[bounds[s] : bounds[s + 1]]
+        rows = rows[keep[rows]]
+        if len(rows) < 3:
+            continue
+        for (a, b), found in zip(pairs, out, strict=True):
+            x, y = a[rows], b[rows]
+            if x.std() > 0 and y.std() > 0:
+                found[s] = float(np.corrcoef(x, y)[0, 1])
+    return out
 
 
 def _stage_mean(

@@ -1,0 +1,75 @@
+"""The trace statistics' shortcuts against the plain computations they replace: the traced rank of
+each worker from the last row of each worker run, the per-stage correlations from one stable sort,
+and the shared per-op views (masks, workers, cells, hosts) against their direct formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnosers import whatif
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.stats import _rank_of, _stage_correlations
+from diagnosers.synth import ScenarioSpec, generate
+from diagnosers.synth.spec import Schedule
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_rank_of_is_the_last_write_of_every_row(blocks: bool) -> None:
+    rng = np.random.default_rng(3)
+    dp, pp = 5, 3
+    n = 4000
+    d = np.sort(rng.integers(0, dp, n)) if blocks else rng.integers(0, dp, n)
+    p = rng.integers(0, pp, n)
+    if blocks:  # worker runs, as (step, worker) blocks store them, with some workers absent
+        d, p = np.repeat(rng.integers(0, dp, 40), 100), np.repeat(rng.integers(0, pp, 40), 100)
+    rank = rng.integers(0, 50, n).astype(np.int64)  # conflicting ranks: the last one must win
+    want = np.full((dp, pp), -1, dtype=np.int64)
+    for i in range(n):
+        want[d[i], p[i]] = rank[i]
+    worker = (d * pp + p).astype(np.int32)
+    assert np.array_equal(_rank_of(worker, rank, dp, pp), want)
+    assert np.array_equal(_rank_of(worker[:0], rank[:0], dp, pp), np.full((dp, pp), -1))
+
+
+def test_stage_correlations_match_one_mask_per_stage() -> None:
+    rng = np.random.default_rng(7)
+    pp, n = 6, 3000
+    stage = rng.integers(-1, pp + 1, n).astype(np.int64)  # out-of-range stages are ignored
+    stage[stage == 4] = 2  # stage 4 empty
+    keep = rng.random(n) < 0.8
+    keep[stage == 5] = False
+    keep[np.flatnonzero(stage == 5)[:2]] = True  # stage 5: two kept rows, too few
+    a, b = rng.random(n), rng.random(n)
+    c, e = rng.random(n), np.where(stage == 1, 1.0, rng.random(n))  # stage 1 constant on one side
+    want: tuple[dict[int, float], dict[int, float]] = ({}, {})
+    for s in range(pp):
+        m = (stage == s) & keep
+        for (x, y), found in zip(((a, b), (c, e)), want, strict=True):
+            if m.sum() >= 3 and x[m].std() > 0 and y[m].std() > 0:
+                found[s] = float(np.corrcoef(x[m], y[m])[0, 1])
+    got = _stage_correlations(stage, keep, pp, (a, b), (c, e))
+    assert got == want and 1 not in got[1] and 4 not in got[0] and 5 not in got[0]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_shared_views_match_their_formulas(interleaved: bool) -> None:
+    spec = (
+        ScenarioSpec(dp=4, pp=4, vpp=2, microbatches=8, steps=3, seed=2, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=4, pp=2, microbatches=4, steps=3, seed=2, gpus_per_host=2)
+    )
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    d, p = stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    assert np.array_equal(stats.op_worker, d * stats.pp + p)
+    assert np.array_equal(stats.op_cell, (stats.op_step_index * stats.dp + d) * stats.pp + p)
+    assert np.array_equal(stats.op_host, stats.host_of[d, p])
+    codes = [3, 1, 3]
+    mask = stats.of_types(codes)
+    assert np.array_equal(mask, np.isin(stats.optype, codes))
+    assert stats.of_types([1, 3]) is mask and not mask.flags.writeable  # made once, shared
+    rank_of = np.full((stats.dp, stats.pp), -1, dtype=np.int64)
+    rank_of[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
+    assert np.array_equal(stats.rank_of, rank_of)
