@@ -256,9 +256,9 @@ def _forward_backward(
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
     excess = fd - tf * np.maximum(1.0, nb)
-    # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages
-    gmc_f = ops.gmc[fi]
-    one_chunk = len(gmc_f) == 0 or int(gmc_f.min()) == int(gmc_f.max())
+    # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages,
+    # so their grouping serves the stage medians too (as many distinct groups as stages)
+    one_chunk = np.count_nonzero(np.bincount(group)) == np.count_nonzero(np.bincount(stage))
     by_stage = by_chunk if one_chunk else _median_by(stage)
     med = by_stage(excess)
     mad = by_stage(np.abs(excess - med))
