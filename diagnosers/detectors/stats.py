@@ -62,8 +62,9 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         end=end, is_f=is_f,
     ).reshape(n_s, dp, pp)
 
+    fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
     corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
-        trace, si, cell=cell, fwd_rows=np.flatnonzero(is_f), bwd_rows=np.flatnonzero(is_b)
+        trace, si, cell=cell, fwd_rows=fwd_rows, bwd_rows=bwd_rows
     )
     is_opt = ops.optype == OPT
     optimizer = (
@@ -71,8 +72,8 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         .astype(np.float64)
         .reshape(n_s, dp, pp)
     )
-    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, is_f, pp)
-    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, is_b, pp)
+    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, fwd_rows, pp)
+    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, bwd_rows, pp)
 
     probe = Probe(engine) if engine is not None else None
     transfer = probe.original if probe is not None else ops.duration.astype(np.float64)
@@ -138,6 +139,8 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
         return steps, np.searchsorted(steps, step).astype(np.int64)
     offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
     present = np.bincount(offset, minlength=hi - lo + 1) > 0
+    if present.all():  # consecutive step ids: each row's position is its offset
+        return np.arange(lo, hi + 1, dtype=np.int64), offset
     position = np.cumsum(present) - 1
     return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
@@ -305,10 +308,13 @@ def _stage_correlations(
 
 
 def _stage_mean(
-    stage: npt.NDArray[np.int32], values: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_], pp: int
+    stage: npt.NDArray[np.int32], values: npt.NDArray[np.float64], rows: npt.NDArray[np.intp], pp: int
 ) -> npt.NDArray[np.float64]:
-    total = np.bincount(stage[mask], weights=values[mask], minlength=pp)[:pp]
-    count = np.bincount(stage[mask], minlength=pp)[:pp]
+    """Per stage: the mean of ``values`` over ``rows`` (ascending row indices) on that stage, 0 for
+    a stage without any; the rows' stages gathered once for both sums."""
+    at = stage[rows]
+    total = np.bincount(at, weights=values[rows], minlength=pp)[:pp]
+    count = np.bincount(at, minlength=pp)[:pp]
     return np.divide(total, count, out=np.zeros(pp), where=count > 0)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from diagnosers import whatif
 from diagnosers.detectors import compute_stats
-from diagnosers.detectors.stats import _rank_of, _stage_correlations
+from diagnosers.detectors.stats import _rank_of, _stage_correlations, _stage_mean, _step_index
 from diagnosers.synth import ScenarioSpec, generate
 from diagnosers.synth.spec import Schedule
 
@@ -73,3 +73,27 @@ def test_shared_views_match_their_formulas(interleaved: bool) -> None:
     rank_of = np.full((stats.dp, stats.pp), -1, dtype=np.int64)
     rank_of[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
     assert np.array_equal(stats.rank_of, rank_of)
+
+
+@pytest.mark.parametrize("ids", [[3, 4, 5, 6], [3, 5, 9], [7], [2, 10**9]])
+def test_step_index_is_unique_and_searchsorted(ids: list[int]) -> None:
+    step = np.random.default_rng(2).choice(np.asarray(ids, dtype=np.int64), 500)
+    step[: len(ids)] = ids  # every id present
+    steps, si = _step_index(step)
+    want = np.unique(step)
+    assert np.array_equal(steps, want) and steps.dtype == np.int64
+    assert np.array_equal(si, np.searchsorted(want, step)) and si.dtype == np.int64
+
+
+def test_stage_mean_over_rows_is_the_masked_mean() -> None:
+    rng = np.random.default_rng(4)
+    stage = rng.integers(0, 4, 1000).astype(np.int32)
+    stage[stage == 2] = 1  # stage 2 has no rows: 0
+    values, mask = rng.random(1000), rng.random(1000) < 0.4
+    # the boolean-mask version it replaces (the same sums in the same order)
+    total = np.bincount(stage[mask], weights=values[mask], minlength=5)
+    count = np.bincount(stage[mask], minlength=5)
+    want = np.divide(total, count, out=np.zeros(5), where=count > 0)
+    got = _stage_mean(stage, values, np.flatnonzero(mask), 5)
+    assert np.array_equal(got, want) and got[2] == 0.0 and got[4] == 0.0
+    assert np.allclose(got[1], values[mask & (stage == 1)].mean(), rtol=1e-12)
