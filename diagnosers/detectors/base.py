@@ -361,11 +361,18 @@ class TraceStats:
         )
 
     def worker_mask(self, cells: Iterable[tuple[int, int]]) -> npt.NDArray[np.bool_]:
-        """Boolean mask over op rows belonging to the given (dp, pp) cells."""
-        sel = np.zeros((self.dp, self.pp), dtype=bool)
-        for d, p in cells:
-            sel[d, p] = True
-        return sel.reshape(-1)[self.op_worker]  # each op's flat worker: one 1-D lookup per mask
+        """Boolean mask over op rows belonging to the given (dp, pp) cells (read-only, made once per
+        set of cells: the faulty-machine detector, its drain remedy and its marginal gain ask for
+        the same workers)."""
+        wanted = frozenset((int(d), int(p)) for d, p in cells)
+
+        def make() -> npt.NDArray[np.bool_]:
+            sel = np.zeros((self.dp, self.pp), dtype=bool)
+            for d, p in wanted:
+                sel[d, p] = True
+            return sel.reshape(-1)[self.op_worker]  # each op's flat worker: one 1-D lookup
+
+        return self.cached(("worker_mask", wanted), make)
 
     def describe(self) -> dict[str, Any]:
         """The trace's size (steps, dp, pp, op count) for a diagnosis's notes and views."""

@@ -185,11 +185,11 @@ def candidates(
 def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
-    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
     is_p2p = stats.of_types([FS, FR, BS, BR])
-    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
+    below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
+    link_stage = stats.op_pp - below
     ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-    return is_p2p, np.where(ok, d * stats.pp + link_stage, -1)
+    return is_p2p, np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
 
 
 def stands_out(
@@ -339,8 +339,13 @@ def type_baseline(
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
-    for code in np.flatnonzero(np.bincount(codes)):  # np.unique's codes, by counting
-        m = rows[codes == code]
+    # each type's rows in ascending order, as rows[codes == code] lists them, from one stable
+    # (radix) sort of the codes instead of a scan of every communication row per type
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    starts = np.cumsum(counts) - counts
+    for code in np.flatnonzero(counts):
+        m = rows[order[starts[code] : starts[code] + counts[code]]]
         out[m] = np.percentile(transfer[m], 25)
     return out
 

@@ -97,3 +97,23 @@ def test_stage_mean_over_rows_is_the_masked_mean() -> None:
     got = _stage_mean(stage, values, np.flatnonzero(mask), 5)
     assert np.array_equal(got, want) and got[2] == 0.0 and got[4] == 0.0
     assert np.allclose(got[1], values[mask & (stage == 1)].mean(), rtol=1e-12)
+
+
+def test_slow_communication_views_keep_their_types_on_shuffled_rows() -> None:
+    """The P2P links from the shared worker view stay int64 ids; the type baselines from one sort
+    equal the per-type scan on rows in any order."""
+    from diagnosers.detectors.slow_communication import comm_mask, p2p_links, type_baseline
+
+    spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=8, scenarios=["slow-communication"])
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(3).permutation(len(trace.ops)))
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    is_p2p, link = p2p_links(stats)
+    assert link.dtype == np.int64 and (link[~is_p2p] == -1).all()
+    transfer, is_comm = stats.probe.original, comm_mask(stats)
+    want = np.zeros_like(transfer)
+    for code in np.unique(stats.optype[is_comm]):
+        m = stats.optype == code
+        want[m] = np.percentile(transfer[m], 25)
+    assert np.array_equal(type_baseline(stats, transfer, is_comm), want)
