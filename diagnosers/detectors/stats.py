@@ -63,8 +63,10 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     ).reshape(n_s, dp, pp)
 
     fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
+    # each op's microbatch: the trace's id, else its position among the worker's ops of its type
+    op_mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32, copy=False)
     corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
-        trace, si, cell=cell, fwd_rows=fwd_rows, bwd_rows=bwd_rows
+        trace, si, cell=cell, fwd_rows=fwd_rows, bwd_rows=bwd_rows, op_mb=op_mb
     )
     is_opt = ops.optype == OPT
     optimizer = (
@@ -102,7 +104,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_pp=ops.stage,
         op_step_index=si,
         op_gmc=ops.gmc,
-        op_mb=np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32),
+        op_mb=op_mb,
         transfer=transfer,
         probe=probe,
         op_start=np.asarray(ops.start_ts, dtype=np.float64),  # read only: no copy
@@ -202,6 +204,7 @@ def _forward_backward(
     cell: npt.NDArray[np.int64] | None = None,
     fwd_rows: npt.NDArray[np.intp] | None = None,
     bwd_rows: npt.NDArray[np.intp] | None = None,
+    op_mb: npt.NDArray[np.int32] | None = None,
 ) -> tuple[
     dict[int, float],
     dict[int, float],
@@ -221,8 +224,9 @@ def _forward_backward(
     same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
     backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
 
-    ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``) and the
-    forward / backward row indices may be passed when the caller has them.
+    ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``), the
+    forward / backward row indices and ``op_mb`` (each row's ``mb_id``, else its ``seq_id``) may
+    be passed when the caller has them.
     """
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
@@ -233,8 +237,11 @@ def _forward_backward(
     seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
 
     def keys(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
-        mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
+        if op_mb is not None:
+            mb = op_mb[rows].astype(np.int64)
+        else:
+            mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
+            mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
         base = cell[rows]
         return (base * gmax + (ops.gmc[rows].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
 
