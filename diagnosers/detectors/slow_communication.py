@@ -365,19 +365,21 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     base = type_baseline(stats, probe.original, is_comm)
     scored = candidates(stats, probe.original, base=base, batch=batch, links=links)
-    # All communication, all compute and every candidate in one batch of what-if runs (each
-    # scenario's step times do not depend on the batch it is simulated in).
-    share_comm, share_compute, *shares = both_views(
-        probe, [is_comm, ~is_comm, *(m for _, _, m in scored)], batched
-    )
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
         standout = stands_out(stats, probe.original, scored, base=base, links=links)
-        picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
-        if picked:
-            both = iter(both_views(probe, picked, False))
-            shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
+    picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
+    # All communication, all compute, every candidate and the put-back view of each candidate
+    # that stands out in one batch of what-if runs (each scenario's step times do not depend on
+    # the batch it is simulated in; the probe keeps them for the views asked for below).
+    masks = [is_comm, ~is_comm, *(m for _, _, m in scored)]
+    if picked:
+        probe.mixed_means([*masks, *picked], [True] * len(masks) + [False] * len(picked))
+    share_comm, share_compute, *shares = both_views(probe, masks, batched)
+    if picked:
+        both = iter(both_views(probe, picked, False))
+        shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
     if share_comm < MIN_SHARE and not any(
         v >= MIN_SHARE for v, hit in zip(shares, standout, strict=True) if hit
     ):
