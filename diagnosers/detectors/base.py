@@ -100,6 +100,8 @@ class Probe:
         # runs of read-only duration vectors (the statistics' shared scenarios, TraceStats.cached),
         # by identity: the vector is kept here, so its id stays its own, and cannot change
         self._vectors: dict[int, tuple[npt.NDArray[np.float64], float]] = {}
+        # read-only vectors announced with ``ahead``: they join the next batch of vector runs
+        self._ahead: list[npt.NDArray[np.float64]] = []
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
@@ -113,12 +115,30 @@ class Probe:
         self, durations: npt.NDArray[np.float64], chunk: int | None = None
     ) -> npt.NDArray[np.float64]:
         """Mean simulated step time per scenario, batched ``chunk`` scenarios per engine pass
-        (default: as many as keep one pass near 25M op values, at most 64)."""
+        (default: as many as keep one pass near 25M op values, at most 64). Vectors announced
+        with :meth:`ahead` ride along in the same batch and are kept for :meth:`means_of`."""
         d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+        extra = [v for v in self._ahead if self._vectors.get(id(v), (None,))[0] is not v]
+        self._ahead = []
+        if extra and d.shape[1:] == extra[0].shape:
+            d = np.concatenate([d, np.stack(extra)])
+        else:
+            extra = []
         if chunk is None:
             chunk = int(max(1, min(64, 25_000_000 // max(d.shape[1], 1))))
         out = [self.step_times(d[i : i + chunk]).mean(axis=1) for i in range(0, len(d), chunk)]
-        return np.concatenate(out) if out else np.zeros(0)
+        times = np.concatenate(out) if out else np.zeros(0)
+        n = len(times) - len(extra)
+        for v, t in zip(extra, times[n:], strict=True):
+            self._vectors[id(v)] = (v, float(t))
+        return times[:n]
+
+    def ahead(self, vectors: Sequence[npt.NDArray[np.float64]]) -> None:
+        """Announce read-only duration vectors that will be asked for later (:meth:`means_of`):
+        the next batch of vector runs, whoever asks for it, runs them too, so they cost no pass
+        of their own (a scenario's step times do not depend on the batch it runs in). Writeable
+        vectors are ignored: they could change before they run."""
+        self._ahead += [v for v in vectors if isinstance(v, np.ndarray) and not v.flags.writeable]
 
     def means_of(self, vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
         """Mean simulated step time of each (n_ops,) duration vector, every vector not run before
@@ -133,6 +153,8 @@ class Probe:
             else:
                 todo.append(i)
         if todo:
+            asked = {id(vectors[i]) for i in todo}  # announced ones asked for now run once, here
+            self._ahead = [v for v in self._ahead if id(v) not in asked]
             times = self.mean_times(np.stack([vectors[i] for i in todo]))
             for i, t in zip(todo, times, strict=True):
                 out[i] = t

@@ -64,3 +64,33 @@ def test_a_cached_scenario_runs_once_and_gives_the_plain_value() -> None:
     base = probe.original * 1.0
     view = stats.cached("base", lambda: base)
     assert base.flags.writeable and not view.flags.writeable
+
+
+def test_announced_scenarios_ride_along_with_the_next_batch() -> None:
+    stats = _stats()
+    probe = stats.probe
+    assert probe is not None
+    later = [stats.cached(("later", f), lambda f=f: probe.original * f) for f in (0.8, 0.9)]
+    again = [stats.cached(("again", f), lambda f=f: probe.original * f) for f in (0.6, 0.5)]
+    own = np.stack([probe.original * 1.2, probe.original * 1.3])
+    plain = Probe(probe.engine)  # lone runs, made before the counting starts
+    want_later, want_again = plain.mean_times(np.stack(later)), plain.mean_times(np.stack(again))
+    want_own = plain.mean_times(own)
+    runs: list[int] = []
+    run = probe.engine.simulate
+
+    def counting(d, **kw):  # type: ignore[no-untyped-def]
+        runs.append(len(np.atleast_2d(d)))
+        return run(d, **kw)
+
+    probe.engine.simulate = counting  # type: ignore[method-assign]
+    probe.ahead([*later, probe.original * 0.7])  # the writeable one is not announced
+    first = probe.mean_times(own)
+    assert runs == [4]  # the two announced ride along; the caller gets its own two back
+    assert np.array_equal(first, want_own)
+    assert np.array_equal(probe.means_of(later), want_later)
+    assert runs == [4]  # nothing run again
+    # announced but never carried by another batch: run once by the one who asks, not twice
+    probe.ahead(again)
+    assert np.array_equal(probe.means_of(again), want_again)
+    assert runs == [4, 2]
