@@ -180,7 +180,8 @@ class Probe:
     ) -> npt.NDArray[np.float64]:
         """Mean simulated step time per row mask: the masked ops ideal, the others original
         (``ideal_inside``), or the reverse; the same as :meth:`mean_times` of those vectors, without
-        a per-row vector per scenario. Batched like :meth:`mean_times`."""
+        a per-row vector per scenario. Batched up to ``MASKED_BATCH_CELLS`` booleans (at most 64
+        scenarios) per engine pass."""
         if not ideal_inside and self._complement_is_same:
             keys = [_mask_key(~np.asarray(m, dtype=bool), True) for m in masks]
         else:
@@ -191,7 +192,7 @@ class Probe:
                 first.setdefault(k, i)
         todo = list(first.values())
         n = max(len(self.original), 1)
-        chunk = int(max(1, min(64, 25_000_000 // n)))
+        chunk = int(max(1, min(64, MASKED_BATCH_CELLS // n)))
         for c in range(0, len(todo), chunk):
             part = todo[c : c + chunk]
             run = self.engine.simulate_masked([masks[i] for i in part], ideal_inside=ideal_inside)
@@ -256,6 +257,13 @@ class Probe:
         """``T_now / T_after`` for one changed duration vector (never below 1)."""
         t_after = float(self.mean_times(durations)[0])
         return max(1.0, self.t_orig / t_after) if t_after > 0 else 1.0
+
+
+# A masked batch holds one boolean per op and scenario (the engine mixes each node's two values
+# itself, and frees every node's result once its successors have it), not a float vector per
+# scenario: 200M booleans keep a batch near 200 MB, so a 15M-op job runs 13 scenarios per pass
+# where the 25M-float bound of vector batches (:meth:`Probe.mean_times`) allowed one.
+MASKED_BATCH_CELLS = 200_000_000
 
 
 def _mask_key(mask: npt.NDArray[np.bool_], ideal_inside: bool) -> tuple[bool, int, bytes]:

@@ -236,19 +236,17 @@ def _forward_backward(
     mbmax = int(max(ops.mb_id.max(initial=0), 0)) + 2
     seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
 
-    def keys(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    n_mb = max(mbmax, seqmax)
+
+    def microbatch(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         if op_mb is not None:
-            mb = op_mb[rows].astype(np.int64)
-        else:
-            mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
-            mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
-        base = cell[rows]
-        return (base * gmax + (ops.gmc[rows].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
+            return op_mb[rows].astype(np.int64)
+        mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
+        return np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
 
     fi = np.flatnonzero(ops.optype == FWD) if fwd_rows is None else fwd_rows
     bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
-    kf, kb = keys(fi), keys(bi)
-    space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * max(mbmax, seqmax)
+    kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
     fi, bi = fi[a], bi[b]
     fd, bd = ops.duration[fi], ops.duration[bi]
@@ -285,6 +283,48 @@ def _forward_backward(
     b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
     bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
     return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
+
+
+def _pairing_keys(
+    ops: Any,
+    si: npt.NDArray[np.int64],
+    cell: npt.NDArray[np.int64],
+    fi: npt.NDArray[np.intp],
+    bi: npt.NDArray[np.intp],
+    microbatch: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    dp: int,
+    pp: int,
+    gmax: int,
+    n_mb: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """Keys that pair each forward with its backward (same step, worker, chunk and microbatch),
+    for the forward rows ``fi`` and backward rows ``bi``, and the size of their key space.
+
+    The plain key is ``((cell * gmax + gmc + 1) * n_mb + mb)``: its space holds the stage twice
+    (in the cell and, as the global chunk id, in ``gmc``), pp + 1 times more slots than keys on a
+    15M-op job, which sends the pairing to a sort of every key. The (stage, chunk) pairs present
+    are numbered in their own order instead, ``((step_index * dp + dp_rank) * n_chunks + chunk) *
+    n_mb + mb``: the same keys up to an order-preserving renaming (so the same pairs, in the same
+    order), in a space about the size of the keys. Rows with a stage or chunk id out of range keep
+    the plain keys."""
+    stage_f, stage_b = ops.stage[fi].astype(np.int64), ops.stage[bi].astype(np.int64)
+    g_f, g_b = ops.gmc[fi].astype(np.int64) + 1, ops.gmc[bi].astype(np.int64) + 1
+    n_pairs = pp * gmax
+    ok = all(len(x) == 0 or (int(x.min()) >= 0 and int(x.max()) < top)
+             for x, top in ((stage_f, pp), (stage_b, pp), (g_f, gmax), (g_b, gmax)))
+    if not ok:
+        space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * n_mb
+        kf = (cell[fi] * gmax + g_f) * n_mb + microbatch(fi)
+        kb = (cell[bi] * gmax + g_b) * n_mb + microbatch(bi)
+        return kf, kb, int(space)
+    pair_f, pair_b = stage_f * gmax + g_f, stage_b * gmax + g_b
+    present = (np.bincount(pair_f, minlength=n_pairs) > 0) | (np.bincount(pair_b, minlength=n_pairs) > 0)
+    chunk = np.cumsum(present) - 1  # (stage, chunk) pair -> its number among the present ones
+    n_chunks = int(present.sum())
+    kf = ((cell[fi] // pp) * n_chunks + chunk[pair_f]) * n_mb + microbatch(fi)
+    kb = ((cell[bi] // pp) * n_chunks + chunk[pair_b]) * n_mb + microbatch(bi)
+    space = len(ops) and int(si.max(initial=0) + 1) * dp * n_chunks * n_mb
+    return kf, kb, int(space)
 
 
 def _stage_correlations(

@@ -117,3 +117,41 @@ def test_slow_communication_views_keep_their_types_on_shuffled_rows() -> None:
         m = stats.optype == code
         want[m] = np.percentile(transfer[m], 25)
     assert np.array_equal(type_baseline(stats, transfer, is_comm), want)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_pairing_keys_pair_like_the_plain_keys(interleaved: bool) -> None:
+    """The renumbered (stage, chunk) keys give np.intersect1d's pairs of the plain keys, in its
+    order, in a key space about the size of the keys."""
+    from diagnosers.detectors.stats import BWD, FWD, _pairing_keys, _step_index
+    from diagnosers.readers.validate import common_keys
+
+    spec = (
+        ScenarioSpec(dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=6, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=6)
+    )
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(9).permutation(len(trace.ops)))
+    ops, dp, pp = trace.ops, trace.meta.dp, trace.meta.pp
+    _, si = _step_index(ops.step)
+    cell = (si * dp + ops.dp_rank) * pp + ops.stage
+    fi, bi = np.flatnonzero(ops.optype == FWD), np.flatnonzero(ops.optype == BWD)
+    gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
+    n_mb = max(int(ops.mb_id.max()), int(ops.seq_id.max()), 0) + 2
+    mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int64)
+
+    def microbatch(rows: np.ndarray) -> np.ndarray:
+        return mb[rows]
+
+    plain_f = (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi]
+    plain_b = (cell[bi] * gmax + ops.gmc[bi] + 1) * n_mb + mb[bi]
+    _, want_a, want_b = np.intersect1d(plain_f, plain_b, return_indices=True)
+    kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
+    assert space <= 2 * (len(kf) + len(kb))  # small enough for the lookup-table pairing
+    got_a, got_b = common_keys(kf, kb, space)
+    assert np.array_equal(got_a, want_a) and np.array_equal(got_b, want_b)
+    # a chunk id out of range keeps the plain keys
+    ops.gmc[fi[0]] = -5
+    kf, kb, _ = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
+    assert np.array_equal(kf, (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi])
