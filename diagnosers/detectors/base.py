@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, CauseSignature, Location, Pattern
+
+_T = TypeVar("_T")
 
 Evidence = dict[str, float | int | str | bool | list[float] | list[int] | list[str] | None]
 
@@ -327,6 +329,14 @@ class TraceStats:
             value.flags.writeable = False
             self._cache[key] = value
         return self._cache[key]
+
+    def shared(self, key: Any, make: Callable[[], _T]) -> _T:
+        """``make()`` computed once per ``key`` for every detector that asks: a statistic several
+        detectors read (the microbatch coherence test). The value is shared: never change it."""
+        slot = ("shared", key)
+        if slot not in self._cache:
+            self._cache[slot] = make()
+        return self._cache[slot]
 
     @property
     def n_steps(self) -> int:

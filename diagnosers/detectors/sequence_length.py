@@ -95,6 +95,11 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     one descheduled op cannot dominate). Under independent noise each of the K pairs has standard
     error ~1/sqrt(n - 1) over n rows, their mean ~1/sqrt((n - 1) K). (0, 0) without a microbatch
     id, with fewer than two columns or ``COHERENCE_MIN_ROWS`` rows."""
+    return stats.shared("microbatch_coherence", lambda: _coherence(stats))  # asked by several detectors
+
+
+def _coherence(stats: TraceStats) -> tuple[float, float]:
+    """:func:`microbatch_coherence`, computed (once per trace statistics)."""
     if stats.op_mb is None:
         return 0.0, 0.0
     mask = ((stats.optype == FWD) | (stats.optype == BWD)) & (stats.op_mb >= 0) & (stats.transfer > 0)

@@ -94,3 +94,25 @@ def test_announced_scenarios_ride_along_with_the_next_batch() -> None:
     probe.ahead(again)
     assert np.array_equal(probe.means_of(again), want_again)
     assert runs == [4, 2]
+
+
+def test_a_shared_statistic_is_computed_once() -> None:
+    """``TraceStats.shared``: the microbatch coherence test, which the sequence-length and the
+    faulty-machine detectors may both ask for, runs once per trace statistics."""
+    from diagnosers.detectors import sequence_length
+
+    stats = _stats()
+    calls: list[int] = []
+    plain = sequence_length._coherence
+
+    def counted(st):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return plain(st)
+
+    sequence_length._coherence = counted  # type: ignore[assignment]
+    try:
+        first = sequence_length.microbatch_coherence(stats)
+        again = sequence_length.microbatch_coherence(stats)
+    finally:
+        sequence_length._coherence = plain  # type: ignore[assignment]
+    assert first == again == plain(stats) and len(calls) == 1
