@@ -3,8 +3,11 @@
 ``tests/data/kineto_plain`` is the tuning part, ``tests/data/kineto_plain_heldout`` (``--heldout``)
 the held-out part, stored before tuning and run once; ``kineto_plain_heldout2`` (``--part
 heldout2``) a second held-out set, stored before the transport-noise work and run once at its
-end. Per recording: the truth from its ``injections.json``, the top cause and its ranks, the
-slowdown and the simulation error; then the share found (cause and rank).
+end; ``kineto_plain_heldout3`` (``--part heldout3``) a third, with 3- and 4-rank jobs, stored before
+the compute-noise work and run once at its end; ``kineto_plain_tune2`` (``--part tune2``) five
+tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the
+top cause and its ranks, the slowdown and the simulation error; then the share found (cause and
+rank).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from diagnosers.readers import load_trace
 from diagnosers.whatif import analyze
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2"}
+PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2",
+         "heldout3": "kineto_plain_heldout3", "tune2": "kineto_plain_tune2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -52,7 +56,8 @@ def run(root: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
-    ap.add_argument("--part", choices=sorted(PARTS), help="run this part (heldout2: the second held-out set)")
+    ap.add_argument("--part", choices=sorted(PARTS),
+                    help="run this part (heldout2, heldout3: the second and third held-out sets)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
     run(DATA / PARTS[part])

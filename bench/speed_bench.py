@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.speed_bench --scaling       # cost against ops (1M..15M) and pp
     .venv/bin/python -m bench.speed_bench --jobs DIR      # keep the generated jobs in DIR
     .venv/bin/python -m bench.speed_bench --before SRC    # also run an older source tree, paired
+    .venv/bin/python -m bench.speed_bench --analyze-only  # no diagnose runs (floor and analyze only)
 
 Every figure is a fresh child process reaped with ``os.wait4`` (wall time, user + system CPU, peak
 RSS of that child), the median of ``--repeat`` paired runs:
@@ -205,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         "--before", type=Path, default=None, help="also run analyze/diagnose from this source tree"
     )
     ap.add_argument("--skip-small", action="store_true", help="only the --large / --scaling parts")
+    ap.add_argument(
+        "--analyze-only", action="store_true", help="no diagnose runs (floor and analyze figures only)"
+    )
     a = ap.parse_args(argv)
     global BEFORE
     BEFORE = a.before
@@ -217,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             twins()
             traces = [(f"sample {n}", artifact_trace(n)) for n in ("AR", "SE")]
             traces.append(("dp 128 × pp 8 × 32 mb × 10 steps", job(folder, 128, 8, 32)))
-            against_floor(traces, a.repeat, diagnose=True)
+            against_floor(traces, a.repeat, diagnose=not a.analyze_only)
         if a.large:
             big = job(folder, 256, 16, 64)
-            against_floor([("dp 256 × pp 16 × 64 mb × 10 steps", big)], a.repeat, diagnose=True)
+            against_floor([("dp 256 × pp 16 × 64 mb × 10 steps", big)], a.repeat, diagnose=not a.analyze_only)
         if a.scaling:
             scaling(folder, a.repeat)
     return 0

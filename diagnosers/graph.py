@@ -130,8 +130,14 @@ class Template:
             ns = len(self.steps)
             # numpy's own index type: a narrower index is converted on every scatter and gather
             # (twice their time), and the dense arrays are scattered and gathered many times
-            node = self.node_of_row.astype(np.intp)
-            self._flat = (node * self.dp + self.dp_of_row) * ns + self.step_of_row
+            # built in place in one array: each step of the expression over every row would
+            # otherwise allocate (and page in) a row-sized temporary
+            flat = self.node_of_row.astype(np.intp)
+            flat *= self.dp
+            flat += self.dp_of_row
+            flat *= ns
+            flat += self.step_of_row
+            self._flat = flat
         return self._flat
 
     @property
@@ -183,10 +189,14 @@ def build_template(trace: Trace, *, join_batched_noops: bool = True) -> Template
     # --- node numbering from DP rank 0 / first step; every step must carry the same ops
     wide = n_steps * dp * pp * n_types >= 2**31  # int32 keys while the cells fit
     step_key = step_of_row.astype(np.int64) if wide else step_of_row
-    counts = np.bincount(
-        (step_key * dp + dp_of_row) * pp * n_types + stage * n_types + optype,
-        minlength=n_steps * dp * pp * n_types,
-    ).reshape(n_steps, dp, pp, n_types)
+    key = step_key * dp  # one row-sized array, the rest of the cell key added in place
+    key += dp_of_row
+    key *= pp
+    key += stage
+    key *= n_types
+    key += optype
+    counts = np.bincount(key, minlength=n_steps * dp * pp * n_types).reshape(n_steps, dp, pp, n_types)
+    del key
     ref = counts[0, 0]
     diff = counts != ref
     if diff.any():

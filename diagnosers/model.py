@@ -7,16 +7,16 @@ two-million-op job fits in memory and the engine can work on whole columns. Colu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from diagnosers.vocab import DEFAULT_GPUS_PER_HOST
+from diagnosers.thresholds import DEFAULT_GPUS_PER_HOST
 
 
 class OpKind(StrEnum):
@@ -169,30 +169,57 @@ class TraceError(ValueError):
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
 
 
-class JobMeta(BaseModel):
+# A plain dataclass, so that reading a trace and ``analyze`` never import pydantic; the report
+# models hold it as their ``job`` field, and pydantic validates and describes it from these field
+# declarations (``ge`` bounds and descriptions in the field metadata, no extra keys), with the same
+# JSON schema as when it was a pydantic model. Values already of their field's type and within
+# bounds are taken as they are; any other value (a string "2", an int where a float is declared, a
+# size below 1) goes through pydantic's validation of this class, which converts it as it always
+# did or raises its ``ValidationError`` naming the field.
+@dataclass
+class JobMeta:
     """Job metadata: parallel sizes and what the analysis needs to know about the hardware."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     trial_name: str = "job"
     run_id: str | int = 0
-    dp: int = Field(1, ge=1, description="data-parallel size")
-    pp: int = Field(1, ge=1, description="pipeline-parallel size (stages)")
-    tp: int = Field(1, ge=1, description="tensor-parallel size (collapsed: one traced rank per group)")
-    cp: int = Field(1, ge=1, description="context-parallel size (the artifact's dsp_size)")
-    vpp: int = Field(1, ge=1, description="virtual pipeline stages (model chunks) per stage")
-    world_size: int = Field(0, ge=0, description="dp*pp*tp*cp; 0 means derive it")
-    gpus_per_host: int = Field(DEFAULT_GPUS_PER_HOST, ge=1)
-    layers_per_stage: list[int] | None = Field(
-        None, description="transformer layers on each PP stage, if known"
+    dp: int = field(default=1, metadata={"ge": 1, "description": "data-parallel size"})
+    pp: int = field(default=1, metadata={"ge": 1, "description": "pipeline-parallel size (stages)"})
+    tp: int = field(
+        default=1,
+        metadata={"ge": 1, "description": "tensor-parallel size (collapsed: one traced rank per group)"},
     )
-    layers_per_chunk: list[list[float]] | None = Field(
-        None, description="interleaved jobs: transformer layers of each model chunk, per stage, if known"
+    cp: int = field(
+        default=1, metadata={"ge": 1, "description": "context-parallel size (the artifact's dsp_size)"}
     )
-    source_format: str | None = Field(None, description="the reader that produced the trace")
+    vpp: int = field(
+        default=1, metadata={"ge": 1, "description": "virtual pipeline stages (model chunks) per stage"}
+    )
+    world_size: int = field(default=0, metadata={"ge": 0, "description": "dp*pp*tp*cp; 0 means derive it"})
+    gpus_per_host: int = field(default=DEFAULT_GPUS_PER_HOST, metadata={"ge": 1})
+    layers_per_stage: list[int] | None = field(
+        default=None, metadata={"description": "transformer layers on each PP stage, if known"}
+    )
+    layers_per_chunk: list[list[float]] | None = field(
+        default=None,
+        metadata={
+            "description": "interleaved jobs: transformer layers of each model chunk, per stage, if known"
+        },
+    )
+    source_format: str | None = field(
+        default=None, metadata={"description": "the reader that produced the trace"}
+    )
 
-    @model_validator(mode="after")
-    def _derive_world(self) -> JobMeta:
+    def __post_init__(self) -> None:
+        if not _meta_values_plain(self):
+            from pydantic import TypeAdapter
+
+            # pydantic converts or refuses, as for any model field; the converted values pass the
+            # plain test, so its own construction of the class does not come back here
+            given = {f.name: getattr(self, f.name) for f in fields(self)}
+            checked = TypeAdapter(JobMeta).validate_python(given)
+            self.__dict__.update(checked.__dict__)
         if self.world_size == 0:
             self.world_size = self.dp * self.pp * self.tp * self.cp
         if self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
@@ -204,7 +231,18 @@ class JobMeta(BaseModel):
             raise ValueError(
                 f"layers_per_chunk must list vpp={self.vpp} chunks for each of pp={self.pp} stages"
             )
-        return self
+
+    def model_dump(self, mode: str = "python") -> dict[str, Any]:
+        """The fields as a dict (lists copied), as the report's ``job`` holds them in JSON."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("layers_per_stage", "layers_per_chunk"):
+            if out[key] is not None:
+                out[key] = [list(x) if isinstance(x, list) else x for x in out[key]]
+        return out
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> JobMeta:
+        """A copy with ``update``'s fields replaced (validated like a new instance)."""
+        return dataclasses.replace(self, **dict(update or {}))
 
     @classmethod
     def from_artifact_yaml(cls, data: Mapping[str, Any], **overrides: Any) -> JobMeta:
@@ -221,7 +259,7 @@ class JobMeta(BaseModel):
         for key, value in data.items():
             if key in mapping:
                 kw[mapping[key]] = value
-            elif key in cls.model_fields:
+            elif key in _META_FIELDS:
                 kw[key] = value
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
@@ -244,6 +282,32 @@ class JobMeta(BaseModel):
         if self.layers_per_chunk is not None:
             out["layers_per_chunk"] = [list(row) for row in self.layers_per_chunk]
         return out
+
+
+_META_FIELDS: frozenset[str] = frozenset(f.name for f in fields(JobMeta))
+_SIZES = ("dp", "pp", "tp", "cp", "vpp", "gpus_per_host")
+
+
+def _meta_values_plain(m: JobMeta) -> bool:
+    """Whether every field of ``m`` already holds its declared type (exactly: no bool for an int,
+    no int for a float) within its bounds, so pydantic's validation would return it unchanged."""
+
+    def ints(v: Any, low: int) -> bool:
+        return type(v) is int and v >= low
+
+    lps, lpc = m.layers_per_stage, m.layers_per_chunk
+    return (
+        type(m.trial_name) is str
+        and type(m.run_id) in (str, int)
+        and all(ints(getattr(m, k), 1) for k in _SIZES)
+        and ints(m.world_size, 0)
+        and (lps is None or (type(lps) is list and all(type(x) is int for x in lps)))
+        and (
+            lpc is None
+            or (type(lpc) is list and all(type(r) is list and all(type(x) is float for x in r) for r in lpc))
+        )
+        and (m.source_format is None or type(m.source_format) is str)
+    )
 
 
 # Column name -> dtype of the operation table (the artifact schema; optype is a code into OPTYPES).

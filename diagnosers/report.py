@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnosers.model import JobMeta
-from diagnosers.vocab import FIDELITY_GOOD_MAX, FIDELITY_UNRELIABLE_ABOVE, FidelityVerdict
+from diagnosers.thresholds import FidelityVerdict, fidelity_fields
+from diagnosers.thresholds import measured_loss as measured_loss
 
 
 class Fidelity(BaseModel):
@@ -42,47 +43,9 @@ class Fidelity(BaseModel):
 def assess_fidelity(
     simulation_error: float, explained_error: float = 0.0, explained_by: Sequence[str] = ()
 ) -> Fidelity:
-    """The fidelity verdict for a simulation error of which ``explained_error`` is accounted for.
-
-    Only a positive error (the trace is slower than the model) can be explained by launch gaps;
-    the explained part is capped at the error. Thresholds: see :class:`Fidelity`.
-    """
-    err = float(simulation_error)
-    explained = min(max(float(explained_error), 0.0), max(err, 0.0))
-    unexplained = abs(err - explained)
-    by = list(explained_by) if explained > 0 else []
-    pct = f"{unexplained * 100:.1f}%"
-    if explained > 0:
-        source = (
-            f"of a {err * 100:.1f}% simulation error, {explained * 100:.1f}% is the launch time of "
-            f"{', '.join(by)}; {pct} is unexplained"
-        )
-    else:
-        source = f"the measured step time is {pct} {'above' if err >= 0 else 'below'} the simulated one"
-    if unexplained > FIDELITY_UNRELIABLE_ABOVE:
-        verdict = FidelityVerdict.UNRELIABLE
-        reason = (
-            f"{source}, above the {FIDELITY_UNRELIABLE_ABOVE * 100:.0f}% at which the study discards a "
-            "trace: the what-if results do not describe this job, so causes and speedups are only "
-            "hints and nothing destructive is recommended"
-        )
-    elif unexplained > FIDELITY_GOOD_MAX:
-        verdict = FidelityVerdict.DEGRADED
-        reason = (
-            f"{source}, above the {FIDELITY_GOOD_MAX * 100:.0f}% noise floor: findings near a "
-            "threshold may move by that much"
-        )
-    else:
-        verdict = FidelityVerdict.GOOD
-        reason = f"{source}, within the {FIDELITY_GOOD_MAX * 100:.0f}% noise floor"
-    return Fidelity(
-        verdict=verdict,
-        unexplained_error=round(unexplained, 6),
-        reason=reason,
-        simulation_error=round(err, 6),
-        explained_error=round(explained, 6),
-        explained_by=by,
-    )
+    """The fidelity verdict for a simulation error of which ``explained_error`` is accounted for
+    (``thresholds.fidelity_fields``, which documents the rule, as a :class:`Fidelity`)."""
+    return Fidelity(**fidelity_fields(simulation_error, explained_error, explained_by))
 
 
 class WorkerSlowdown(BaseModel):
@@ -231,13 +194,6 @@ class WhatIfReport(BaseModel):
             if isinstance(st, dict) and st.get("actual") and st.get("ideal"):
                 data = {**data, "measured_loss_fraction": measured_loss(st["actual"], st["ideal"])}
         return data
-
-
-def measured_loss(actual: dict[str, float], ideal: dict[str, float]) -> float:
-    """``1 - mean ideal / mean measured step time`` (0 when the measured time is not above ideal)."""
-    a = sum(actual.values()) / max(len(actual), 1)
-    i = sum(ideal.values()) / max(len(ideal), 1)
-    return max(0.0, 1.0 - i / a) if a > 0 else 0.0
 
 
 class ScenarioResult(BaseModel):

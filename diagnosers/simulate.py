@@ -28,7 +28,23 @@ import numpy.typing as npt
 from diagnosers.graph import Template
 
 Array = npt.NDArray[np.float64]
-DurationSource = Callable[[int], Array]
+
+
+@dataclass
+class Patch:
+    """A node's durations when most scenarios share one value: ``base`` (broadcastable to
+    ``(K, D, S)``) for every scenario except ``rows``, whose durations are ``values`` (broadcastable
+    to ``(len(rows), D, S)``). The pass then adds ``base`` to the start in place and writes the few
+    patched rows, instead of materialising a ``(K, D, S)`` duration array for every node (a
+    put-back pass restores one group per scenario, so each node differs from the base in one or a
+    few scenarios)."""
+
+    base: Array
+    rows: npt.NDArray[np.intp]
+    values: Array
+
+
+DurationSource = Callable[[int], "Array | Patch"]
 
 
 @dataclass
@@ -64,21 +80,44 @@ def _maximum(a: Array, b: Array, own: bool) -> Array:
     return np.maximum(a, b)
 
 
+def _plus(st: Array, d: Array | Patch, own: bool, k: int) -> Array:
+    """The end ``st + d`` of a node that starts at ``st`` with durations ``d`` (an array, or a
+    :class:`Patch` for a scenario axis of size ``k``), written into ``st`` when ``own`` says nothing
+    else holds it and its shape is the result's. Element by element the same sums as ``st + d``
+    with the patch materialised."""
+    if not isinstance(d, Patch):
+        d = _as3(d)
+        if own and _holds(st.shape, d.shape):
+            return np.add(st, d, out=st)
+        return st + d
+    base = _as3(d.base)
+    # the patched rows first: the in-place add below overwrites st
+    patched = (st[d.rows] if st.shape[0] > 1 else st) + _as3(d.values)
+    e = np.add(st, base, out=st) if own and _holds(st.shape, base.shape) else st + base
+    # both shapes are (., D or 1, S or 1): the result takes the larger of each
+    shape = (k, max(e.shape[1], patched.shape[1]), max(e.shape[2], patched.shape[2]))
+    if e.shape != shape:
+        e = np.broadcast_to(e, shape).copy()
+    e[d.rows] = patched
+    return e
+
+
 def simulate(
     t: Template,
     durations: DurationSource | Array,
     shape: tuple[int, int, int],
     *,
-    launch: DurationSource | Array | None = None,
+    launch: Callable[[int], Array] | Array | None = None,
     keep: bool = False,
 ) -> SimResult:
     """Simulate ``K`` scenarios over ``D`` DP ranks and ``S`` steps in one pass.
 
     ``durations`` is either an array ``(n_nodes, K, D, S)`` (any axis may be 1) or a function
-    ``node -> array broadcastable to (K, D, S)`` giving a local op's duration or a group member's
-    transfer time. ``launch`` likewise gives launch delays (omitted: 0). ``shape = (K, D, S)``; ``D``
-    must be the job's DP size whenever DP-synchronised groups should see every DP rank (a caller
-    may pass a smaller D when the DP ranks it leaves out are identical to one that is kept).
+    ``node -> array broadcastable to (K, D, S)`` (or a :class:`Patch` of one) giving a local op's
+    duration or a group member's transfer time. ``launch`` likewise gives launch delays (omitted:
+    0; never a patch). ``shape = (K, D, S)``; ``D`` must be the job's DP size whenever
+    DP-synchronised groups should see every DP rank (a caller may pass a smaller D when the DP
+    ranks it leaves out are identical to one that is kept).
     With ``keep`` the start and end of every node are returned too.
     """
     k, d, s = shape
@@ -117,12 +156,8 @@ def simulate(
         g = group[members[0]]
         if g < 0:
             v = members[0]
-            d_v = _as3(dur(v))
             # the end can reuse the start's memory when nothing else holds the start
-            if own and not keep and _holds(starts[0].shape, d_v.shape):
-                e = np.add(starts[0], d_v, out=starts[0])
-            else:
-                e = starts[0] + d_v
+            e = _plus(starts[0], dur(v), own and not keep, k)
             ends[v] = e
             if keep:
                 starts_kept[v] = starts[0]  # type: ignore[index]
@@ -137,7 +172,7 @@ def simulate(
             # a DP-synchronised group starts when the last member on any DP rank has started
             eff = eff.max(axis=1, keepdims=True)
         for v, st in zip(members, starts, strict=True):
-            e = eff + _as3(dur(v))
+            e = _plus(eff, dur(v), False, k)
             ends[v] = e
             if keep:
                 starts_kept[v] = st  # type: ignore[index]
@@ -156,16 +191,23 @@ def mixed_source(a: Array, b: Array, use_b: npt.NDArray[np.bool_]) -> DurationSo
     """Per node: scenario k takes ``b[v]`` where ``use_b[v, k]`` and ``a[v]`` elsewhere.
 
     ``a`` and ``b`` are ``(n_nodes, D, S)`` arrays (axes may be 1); ``use_b`` is ``(n_nodes, K)``.
-    Nodes where all or no scenario switch keep the narrow shape, so the pass stays cheap.
+    Nodes where all or no scenario switch keep the narrow shape, so the pass stays cheap; the
+    others are a :class:`Patch` of the value most scenarios take, with the rest as patched rows.
     """
     all_b: npt.NDArray[np.bool_] = np.asarray(use_b.all(axis=1))
     any_b: npt.NDArray[np.bool_] = np.asarray(use_b.any(axis=1))
 
-    def get(v: int) -> Array:
+    n_b = use_b.sum(axis=1)
+    k = use_b.shape[1]
+
+    def get(v: int) -> Array | Patch:
         if all_b[v]:
             return b[v][None]
         if not any_b[v]:
             return a[v][None]
-        return np.where(use_b[v][:, None, None], b[v][None], a[v][None])
+        # the side fewer scenarios take is the patch
+        if n_b[v] <= k - n_b[v]:
+            return Patch(a[v][None], np.flatnonzero(use_b[v]), b[v][None])
+        return Patch(b[v][None], np.flatnonzero(~use_b[v]), a[v][None])
 
     return get

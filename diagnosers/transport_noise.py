@@ -1,11 +1,14 @@
-"""Transport noise on kernel-level jobs: transient collective stalls told apart from persistently
-slow communication, and the view of the job the detectors judge when those stalls are material.
+"""Transport and host noise on kernel-level jobs: transient collective stalls told apart from
+persistently slow communication, transient compute bursts told apart from a slow rank, and the view
+of the job the detectors judge when either is material.
 
 On CPU/gloo (and busy hosts generally) a collective can stall for tens of milliseconds after every
 member has arrived, on random collectives in random steps. The what-if method counts that as
 communication slowdown; for the diagnosis it is the transport's noise, not a straggler, and it
-can hide a compute-side cause of a smaller size. Used by :mod:`diagnosers.diagnose` for traces
-that carry an explicit (kernel-level) graph.
+can hide a compute-side cause of a smaller size. Other work on a shared host does the same to
+compute: one rank's compute in one step runs 2-8x its own typical (the process descheduled),
+which makes that rank the hottest worker of the job although another rank is slower in most steps.
+Used by :mod:`diagnosers.diagnose` for traces that carry an explicit (kernel-level) graph.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import numpy.typing as npt
 
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.base import TraceStats
+from diagnosers.detectors.gc_pause import paused_forwards
 from diagnosers.kernel_graph import node_label
-from diagnosers.model import Trace
+from diagnosers.model import OPTYPE_CODE, OpTable, Trace
 from diagnosers.report import WhatIfReport
 from diagnosers.whatif import WhatIfEngine, analyze
 
@@ -33,6 +37,13 @@ NOISE_SHARE = 0.1  # transient stalls holding less of the slowdown than this lea
 # time long; a recurring transfer excess is slowness only when it is this many standard errors of
 # the mean step time
 STALL_Z = 3.0
+# host noise: a (rank, step) compute burst stands this many robust sigma of the job's per-rank,
+# per-step compute spread (log units) above that rank's own typical step, and is at least this
+# share of it
+BURST_Z = 3.0
+BURST_REL = 0.5
+MIN_LOG_SIGMA = 0.005
+COMPUTE_CODES = (OPTYPE_CODE["forward-compute"], OPTYPE_CODE["backward-compute"], OPTYPE_CODE["optimizer"])
 
 
 @dataclass
@@ -125,6 +136,92 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     return noise, clean
 
 
+@dataclass
+class HostBursts:
+    """Transient compute bursts of a kernel-level job (see :func:`host_bursts`).
+
+    ``cells``: (DP rank, step id, extra seconds, sigma) of the (rank, step) cells whose compute ran
+    far above the rank's own typical, largest first; ``floor``: the job's per-rank step-to-step
+    spread of compute (robust sigma of the log ratio to the rank's own median); ``share``: the
+    part of the slowdown ``(t_before - t_after) / (t_orig - t_ideal)`` the capped bursts hold;
+    ``t_after``: the mean simulated step time (no launch delay) without them."""
+
+    cells: list[tuple[int, int, float, float]]
+    floor: float
+    share: float
+    t_after: float
+
+
+def host_bursts(
+    trace: Trace, engine: WhatIfEngine, t_orig: float, t_ideal: float
+) -> tuple[HostBursts, WhatIfEngine] | None:
+    """Cap the transient compute bursts of ``engine`` (a kernel-level job's, possibly already
+    without its transport noise): a copy whose bursts are gone, or None when there are none.
+
+    Per DP rank and step the compute (forward, backward and optimizer segments) is compared with
+    that rank's own median step: a rank slower in most steps has a slow median and no bursts, a
+    step in which other work on the host took the rank's CPU stands out of the job's own
+    step-to-step spread (``BURST_Z`` robust sigma, pooled over ranks, and at least ``BURST_REL``
+    of the rank's typical compute). In a burst cell every compute segment is capped at its own
+    median over the steps on that rank, except forwards that look paused (the GC detector's
+    shape: a collector's pause is the cause to find, not noise). The pooled ideal of each
+    compute type is taken again over the capped durations (a burst of 500 ms inflates the mean
+    of its type), and the measured step times are lowered by what the cap saves in the simulation.
+    Needs ``NOISE_MIN_STEPS`` steps and two DP ranks."""
+    t = engine.template
+    n_s = len(engine.steps)
+    if n_s < NOISE_MIN_STEPS or t.dp < 2:
+        return None
+    comp = np.flatnonzero(np.isin(t.optype, COMPUTE_CODES))
+    if not len(comp):
+        return None
+    x = engine.orig_dense[comp]  # (n_comp, dp, steps)
+    per_cell = x.sum(axis=0)  # (dp, steps)
+    typical = np.median(per_cell, axis=1, keepdims=True)
+    r = np.log(np.maximum(per_cell, 1e-12) / np.maximum(typical, 1e-12))
+    floor = max(1.4826 * float(np.median(np.abs(r))), MIN_LOG_SIGMA)
+    burst = (r >= BURST_Z * floor) & (per_cell - typical >= BURST_REL * typical)
+    if not burst.any():
+        return None
+    cap = np.where(burst[None], np.median(x, axis=2, keepdims=True), np.inf)
+    stats = compute_stats(trace, engine)
+    keep = np.zeros(len(trace.ops), dtype=bool)
+    keep[stats.fwd_index[paused_forwards(stats)]] = True  # a pause stays: it is the GC's
+    if keep.any():
+        kept = np.zeros_like(engine.orig_dense, dtype=bool)
+        kept[t.node_of_row[keep], t.dp_of_row[keep], t.step_of_row[keep]] = True
+        cap = np.where(kept[comp], np.inf, cap)
+    dense = engine.orig_dense.copy()
+    dense[comp] = np.minimum(x, cap)
+    ideal = engine.ideal_node.copy()
+    pool = t.optype if t.pool is None else t.pool
+    for o in np.unique(pool[comp]):
+        nodes = np.flatnonzero(pool == o)
+        ideal[nodes] = dense[nodes].mean()
+    clean = replace(engine, orig_dense=dense, ideal_node=ideal, _nodelay=None, _ideal=None, _rows={})
+    saved = engine.nodelay_step_times - clean.nodelay_step_times
+    clean.actual_step_times = engine.actual_step_times - saved
+    t_after = float(clean.nodelay_step_times.mean())
+    gap = t_orig - t_ideal
+    share = float(saved.mean()) / gap if gap > 1e-12 * max(t_orig, 1e-12) else 0.0
+    extra = np.where(burst, per_cell - typical[:, :1], 0.0)
+    order = np.argsort(extra, axis=None)[::-1]
+    cells = [(int(d), int(engine.steps[k]), float(extra[d, k]), float(r[d, k] / floor))
+             for d, k in (np.unravel_index(i, extra.shape) for i in order) if burst[d, k]]
+    return HostBursts(cells=cells, floor=floor, share=float(share), t_after=t_after), clean
+
+
+def with_durations(trace: Trace, engine: WhatIfEngine) -> Trace:
+    """``trace`` with its compute ops' durations taken from ``engine`` (a capped copy of its own);
+    communication rows keep theirs (the engine holds transfer times for them)."""
+    t = engine.template
+    is_comp = np.isin(trace.ops.optype, COMPUTE_CODES)
+    dur = trace.ops.duration.copy()
+    dur[is_comp] = engine.orig_dense[t.node_of_row[is_comp], t.dp_of_row[is_comp], t.step_of_row[is_comp]]
+    ops = OpTable(**{**{k: getattr(trace.ops, k) for k in trace.ops.__dataclass_fields__}, "duration": dur})
+    return replace(trace, ops=ops)
+
+
 def step_sigma(step_times: npt.NDArray[np.float64]) -> float:
     """The robust standard deviation (1.4826 x MAD) of per-step times: the job's step-to-step noise."""
     return 1.4826 * float(np.median(np.abs(step_times - np.median(step_times))))
@@ -147,53 +244,82 @@ def quiet_launch_gaps(stats: TraceStats, step_times: npt.NDArray[np.float64]) ->
 
 @dataclass
 class DetectionView:
-    """What the detectors judge a kernel-level job on when transport noise is material: the what-if
-    report and statistics of the job with its transient collective stalls capped (the real report
-    stays the diagnosis's), the split itself, and the notes and summary sentence that say so."""
+    """What the detectors judge a kernel-level job on when transport or host noise is material: the
+    what-if report and statistics of the job with its transient collective stalls and compute
+    bursts capped (the real report stays the diagnosis's), the splits themselves, and the notes
+    and summary sentence that say so. ``noise`` / ``bursts`` are None when not measured."""
 
     report: WhatIfReport
     stats: TraceStats
-    noise: TransportNoise
+    noise: TransportNoise | None
     notes: list[str]
     sentence: str
+    bursts: HostBursts | None = None
 
 
 def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> DetectionView | None:
-    """The detection view of a kernel-level job whose transient collective stalls hold at least
-    ``NOISE_SHARE`` of its slowdown (:func:`transport_noise`), else None.
+    """The detection view of a kernel-level job whose transient collective stalls
+    (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) hold at least
+    ``NOISE_SHARE`` of its slowdown, else None.
 
     Compute-side causes (a slow rank, a GC pause, an input stall) live in compute segments and
     launch gaps, which the stalls do not touch; judged against a slowdown the stalls inflate, their
     shares shrink below the detectors' bars. Slow communication judged on the capped transfers is
-    what recurs in most steps: a persistent straggler, not noise."""
+    what recurs in most steps: a persistent straggler, not noise. A compute burst on one rank in
+    one step makes that rank the hottest worker; judged without it, a rank slow in most steps is
+    the one that stands out."""
     if trace.graph is None:
         return None
+    t_o = float(engine.nodelay_step_times.mean())
+    t_id = engine.ideal_step_time
     found = transport_noise(engine)
-    if found is None:
+    noise, base = found if found is not None and found[0].share >= NOISE_SHARE else (None, engine)
+    burst_found = host_bursts(trace, base, t_o, t_id)
+    ok = burst_found is not None and burst_found[0].share >= NOISE_SHARE
+    bursts, clean = burst_found if burst_found is not None and ok else (None, base)
+    if noise is None and bursts is None:
         return None
-    noise, clean = found
-    if noise.share < NOISE_SHARE:
-        return None
-    view = analyze(trace, engine=clean)
-    stats = quiet_launch_gaps(compute_stats(trace, clean), clean.actual_step_times)
-    s_orig, s_clean = noise.t_orig / noise.t_ideal, noise.t_clean / noise.t_ideal
-    worst = ", ".join(
-        f"{node_label(engine.template, v)} in step {s} +{x * 1e3:.0f} ms" for v, s, x in noise.worst
-    )
-    notes = [
-        f"transport noise: {noise.clipped} of {noise.cells} collective transfers (after every member "
-        f"arrived) run above their type's ideal without being slow in most steps; those transient "
-        f"stalls hold "
-        f"{min(noise.share, 9.99):.0%} of the slowdown (S {s_orig:.3f}, {s_clean:.3f} without them); "
-        f"noise floor: one collective's transfer varies by {noise.floor:.0%} (median absolute "
-        f"deviation over median) across steps; largest: {worst or 'none'}. Causes are judged on the "
-        f"job without them; slow communication only where it recurs in most steps "
-        f"({noise.persistent_s * 1e3:.1f} ms per step of recurring transfer time above the ideal)",
-    ]
-    sentence = (
-        f" Transport noise: transient collective stalls, on random collectives in random steps after "
-        f"every member arrived, hold {min(noise.share, 9.99):.0%} of the slowdown (S {s_clean:.3f} "
-        f"without them); they are the network's or the hosts' noise, not a straggler, and causes are "
-        f"judged without them."
-    )
-    return DetectionView(report=view, stats=stats, noise=noise, notes=notes, sentence=sentence)
+    view_trace = with_durations(trace, clean) if bursts is not None else trace
+    view = analyze(view_trace, engine=clean)
+    stats = quiet_launch_gaps(compute_stats(view_trace, clean), clean.actual_step_times)
+    s_orig = t_o / t_id
+    notes: list[str] = []
+    parts: list[str] = []
+    if noise is not None:
+        s_clean = noise.t_clean / noise.t_ideal
+        worst = ", ".join(
+            f"{node_label(engine.template, v)} in step {s} +{x * 1e3:.0f} ms" for v, s, x in noise.worst
+        )
+        notes.append(
+            f"transport noise: {noise.clipped} of {noise.cells} collective transfers (after every member "
+            f"arrived) run above their type's ideal without being slow in most steps; those transient "
+            f"stalls hold "
+            f"{min(noise.share, 9.99):.0%} of the slowdown (S {s_orig:.3f}, {s_clean:.3f} without them); "
+            f"noise floor: one collective's transfer varies by {noise.floor:.0%} (median absolute "
+            f"deviation over median) across steps; largest: {worst or 'none'}. Causes are judged on the "
+            f"job without them; slow communication only where it recurs in most steps "
+            f"({noise.persistent_s * 1e3:.1f} ms per step of recurring transfer time above the ideal)"
+        )
+        parts.append(
+            f" Transport noise: transient collective stalls, on random collectives in random steps after "
+            f"every member arrived, hold {min(noise.share, 9.99):.0%} of the slowdown (S {s_clean:.3f} "
+            f"without them); they are the network's or the hosts' noise, not a straggler, and causes are "
+            f"judged without them."
+        )
+    if bursts is not None:
+        worst_b = ", ".join(f"rank {d} in step {s} +{x * 1e3:.0f} ms ({z:.1f} sigma)"
+                            for d, s, x, z in bursts.cells[:3])
+        notes.append(
+            f"host noise: {len(bursts.cells)} (rank, step) compute bursts ran far above that rank's own "
+            f"typical step (at least {BURST_Z:.0f} robust sigma of the job's per-rank step spread, "
+            f"{np.expm1(bursts.floor):.0%}, and +{BURST_REL:.0%}); largest: {worst_b}. They hold "
+            f"{min(bursts.share, 9.99):.0%} of the slowdown; causes are judged with those segments at "
+            f"the rank's own typical (forwards that look paused kept), so a rank slow in most steps "
+            f"stands out and a one-step burst does not"
+        )
+        parts.append(
+            f" Host noise: one-step compute bursts ({len(bursts.cells)}; other work on the machine) hold "
+            f"{min(bursts.share, 9.99):.0%} of the slowdown; causes are judged without them."
+        )
+    return DetectionView(report=view, stats=stats, noise=noise, notes=notes, sentence="".join(parts),
+                         bursts=bursts)

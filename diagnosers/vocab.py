@@ -11,6 +11,17 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The method's thresholds and the fidelity verdict live in a module without pydantic, so the
+# analyze path can read them without importing it; they are part of the vocabulary all the same.
+from diagnosers.thresholds import (  # noqa: F401  (re-exported)
+    DECOMPOSE_THRESHOLD,
+    DEFAULT_GPUS_PER_HOST,
+    FIDELITY_GOOD_MAX,
+    FIDELITY_UNRELIABLE_ABOVE,
+    STRAGGLING_THRESHOLD,
+    FidelityVerdict,
+)
+
 
 class CauseId(StrEnum):
     """Known root causes of straggling (METHOD.md A6 plus causes seen in public incidents)."""
@@ -165,33 +176,6 @@ CAUSE_TO_CATEGORIES: dict[CauseId, tuple[str, ...]] = {
     for cause in CauseId
 }
 
-# Thresholds of the method (METHOD.md A5): below DECOMPOSE_THRESHOLD the artifact skips the
-# decomposition; at or above STRAGGLING_THRESHOLD a job counts as straggling.
-DECOMPOSE_THRESHOLD = 1.03
-STRAGGLING_THRESHOLD = 1.1
-DEFAULT_GPUS_PER_HOST = 8
-
-
-class FidelityVerdict(StrEnum):
-    """How far the simulated job can be trusted for this trace (``Fidelity.verdict``)."""
-
-    GOOD = "good"
-    DEGRADED = "degraded"
-    UNRELIABLE = "unreliable"
-
-
-# Fidelity thresholds on the *unexplained* simulation error: the measured step time's excess over
-# the simulated one (relative to the simulated one, as the study's error), after the launch gaps a
-# found cause accounts for (a dataloader stall's idle time is explained, not a model failure).
-# - Up to FIDELITY_GOOD_MAX (3%) the verdict is good: that is the method's own noise floor (a job
-#   with S below DECOMPOSE_THRESHOLD = 1.03 is not decomposed at all), so time the model misses
-#   below it cannot change what the analysis concludes.
-# - Above FIDELITY_UNRELIABLE_ABOVE (5%) it is unreliable: the study discards every trace whose
-#   simulation error exceeds 5% (METHOD.md A4), because the simulated job no longer stands for the
-#   real one. In between it is degraded: the findings hold, but a cause or a speedup near a
-#   threshold (S near 1.1, a share near 25%) may move by the unexplained amount.
-FIDELITY_GOOD_MAX = DECOMPOSE_THRESHOLD - 1.0
-FIDELITY_UNRELIABLE_ABOVE = 0.05
 # A stall's idle time counts as explained only when the stall is seen in at least this many traced
 # steps: an idle gap before the first op of a single traced step cannot be told from lag carried
 # over from before the profiling window (ranks that enter the step late for a reason no traced op

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,22 +32,14 @@ from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.readers.normalize import reduce_into
-from diagnosers.report import (
-    Attribution,
-    FixRatios,
-    RatioMetric,
-    ScenarioResult,
-    StepTimes,
-    WhatIfReport,
-    WorkerSlowdown,
-    assess_fidelity,
-    measured_loss,
-)
-from diagnosers.simulate import Array, mixed_source, simulate
+from diagnosers.simulate import Array, Patch, mixed_source, simulate
 
 # The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
 # artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
-from diagnosers.vocab import DECOMPOSE_THRESHOLD, STRAGGLING_THRESHOLD
+from diagnosers.thresholds import DECOMPOSE_THRESHOLD, STRAGGLING_THRESHOLD, fidelity_fields, measured_loss
+
+if TYPE_CHECKING:  # the report models import pydantic: only the functions that return them load them
+    from diagnosers.report import ScenarioResult, WhatIfReport
 
 MW_PERCENT = 3  # M_W fixes the slowest ceil(3% x workers) workers
 SIM_CHECK_RTOL = 1e-3  # re-simulating with launch delays should reproduce actual step times
@@ -57,6 +50,21 @@ PP_COMM_GROUPS: dict[str, tuple[str, ...]] = {
     "backward-pp-comm": ("backward-send", "backward-recv"),
 }
 _IS_COMPUTE_TYPE = np.array([OPTYPE_KIND[o] is OpKind.COMPUTE for o in OPTYPES])
+
+
+def median(values: Array) -> float:
+    """``np.median`` of a float array, computed as numpy computes it (a partition around the middle
+    and the mean of the one or two middle values; NaN when any value is NaN), without its NaN check
+    importing ``numpy.ma`` (a sixth of a small trace's run)."""
+    x = np.ravel(values)
+    n = len(x)
+    if n == 0:
+        return float(np.median(x))
+    kth = [n // 2 - 1, n // 2, -1] if n % 2 == 0 else [n // 2, -1]
+    part = np.partition(x, kth)
+    if np.isnan(part[-1]):
+        return math.nan
+    return float(part[(n - 1) // 2 : n // 2 + 1].mean())
 
 
 def optype_group_of(name: str) -> str:
@@ -183,7 +191,7 @@ class WhatIfEngine:
         return self.simulate_dense(get, len(masks))
 
     def simulate_dense(
-        self, durations: Callable[[int], Array] | Array, k: int, *, dp: int | None = None
+        self, durations: Callable[[int], Array | Patch] | Array, k: int, *, dp: int | None = None
     ) -> npt.NDArray[np.float64]:
         """Step times ``(k, n_steps)`` for a duration source over template nodes (see ``simulate``)."""
         return simulate(self.template, durations, (k, dp or self.template.dp, len(self.steps))).step_times
@@ -259,10 +267,10 @@ def build_engine(trace: Trace) -> WhatIfEngine:
 
     ideal_node = np.empty(t.n_nodes)
     pool = t.optype if t.pool is None else t.pool
-    for o in np.unique(pool):
+    for o in sorted(set(pool.tolist())):  # node-sized: no need for np.unique (which imports numpy.ma)
         nodes = pool == o
         vals = orig[nodes]
-        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[t.optype[nodes][0]] else np.median(vals)
+        ideal_node[nodes] = vals.mean() if _IS_COMPUTE_TYPE[t.optype[nodes][0]] else median(vals)
 
     eng = WhatIfEngine(
         trace=trace,
@@ -334,6 +342,8 @@ def run_scenario(
     keep their durations ("what if the network were infinitely fast"). ``speedup = t_orig / t_after``
     over mean step times; launch delays are 0 in both runs.
     """
+    from diagnosers.report import ScenarioResult
+
     eng = trace_or_engine if isinstance(trace_or_engine, WhatIfEngine) else build_engine(trace_or_engine)
     sel = select_ops(eng.trace, optypes=optypes, dp_ranks=dp_ranks, pp_ranks=pp_ranks, steps=steps)
     durations = eng.original.copy()
@@ -387,13 +397,21 @@ def _sorted(d: dict[str, float]) -> dict[str, float]:
 
 def _ratio_metric(
     t_orig: float, t_ideal: float, t_rem: float, t_add: float, workers: list[tuple[int, int]]
-) -> RatioMetric:
+) -> dict[str, Any]:
+    """The fields of a ``report.RatioMetric`` (JSON values, the model's field order)."""
     gap = t_orig - t_ideal
     rem = (t_orig - t_rem) / gap if gap != 0 else None
     add = (t_add - t_ideal) / gap if gap != 0 else None
-    return RatioMetric(
-        value=rem, rem=rem, add=add, t_rem=t_rem, t_add=t_add, t_orig=t_orig, t_ideal=t_ideal, workers=workers
-    )
+    return {
+        "value": rem,
+        "rem": rem,
+        "add": add,
+        "t_rem": t_rem,
+        "t_add": t_add,
+        "t_orig": t_orig,
+        "t_ideal": t_ideal,
+        "workers": [[int(d), int(s)] for d, s in workers],
+    }
 
 
 MAX_COLUMNS = 1 << 18  # scenario x dp x step cells per array in one pass (2 MiB of float64)
@@ -466,7 +484,24 @@ def analyze(
     progress: Callable[[float, str], None] | None = None,
     engine: WhatIfEngine | None = None,
 ) -> WhatIfReport:
-    """The full what-if report of a trace (fields documented on :class:`WhatIfReport`).
+    """The full what-if report of a trace (fields documented on :class:`WhatIfReport`): the model
+    validated from :func:`report_json` (same arguments)."""
+    from diagnosers.report import WhatIfReport
+
+    doc = report_json(trace, exact_top_k=exact_top_k, progress=progress, engine=engine)
+    return WhatIfReport.model_validate({**doc, "job": trace.meta})
+
+
+def report_json(
+    trace: Trace,
+    *,
+    exact_top_k: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    engine: WhatIfEngine | None = None,
+) -> dict[str, Any]:
+    """The full what-if report of a trace as the JSON document ``WhatIfReport.model_dump(mode="json")``
+    holds (the same keys in the same order, JSON values only), built without the pydantic models so
+    that ``straggler-lens analyze`` does not import them; :func:`analyze` validates it into the model.
 
     ``exact_top_k`` restricts the exact per-worker runs to the K workers with the highest
     estimate (the report records it); None runs every worker exactly. ``progress(fraction,
@@ -511,10 +546,9 @@ def analyze(
     # --- put-backs: by op type and by stage (whole nodes), by DP rank (one rank restored)
     tick(0.3, "attributing by op type and stage")
     ideal3 = eng.ideal_node[:, None, None]
-    present = sorted({optype_group_of(OPTYPES[o]) for o in np.unique(t.optype)})
-    groups_of_key = {
-        key: [o for o in np.unique(t.optype) if optype_group_of(OPTYPES[o]) == key] for key in present
-    }
+    node_types = sorted(set(t.optype.tolist()))
+    present = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
+    groups_of_key = {key: [o for o in node_types if optype_group_of(OPTYPES[o]) == key] for key in present}
     k_opt = len(present)
     mask = np.zeros((t.n_nodes, k_opt + pp), dtype=bool)
     for i, key in enumerate(present):
@@ -565,13 +599,13 @@ def analyze(
             "workers by estimate"
         )
     by_worker = [
-        WorkerSlowdown(
-            dp_rank=d,
-            pp_rank=s,
-            ranks=[int(ranks[d, s])],
-            slowdown=exact.get((d, s)),
-            slowdown_estimate=float(estimate[d, s]),
-        )
+        {
+            "dp_rank": d,
+            "pp_rank": s,
+            "ranks": [int(ranks[d, s])],
+            "slowdown": exact.get((d, s)),
+            "slowdown_estimate": float(estimate[d, s]),
+        }
         for d, s in sorted(all_workers, key=lambda w: (-(exact.get(w, -math.inf)), -estimate[w], ranks[w]))
     ]
 
@@ -580,7 +614,7 @@ def analyze(
     n_fix = math.ceil(len(all_workers) * MW_PERCENT / 100)
     slowest = ranked[:n_fix]
     t_rem, t_add = _subset_runs(eng, slowest)
-    m_w = _ratio_metric(mean_nd, t_id, t_rem, t_add, [(int(d), int(s)) for d, s in slowest])
+    m_w = _ratio_metric(mean_nd, t_id, t_rem, t_add, slowest)
     rem_mask = np.zeros((t.n_nodes, pp), dtype=bool)
     for s in range(pp):
         rem_mask[t.stage == s, s] = True
@@ -602,41 +636,44 @@ def analyze(
     wasted = max(0.0, 1.0 - 1.0 / slowdown)
     actual_by_step = {str(s): float(x) for s, x in zip(steps, actual, strict=True)}
     ideal_by_step = {str(s): t_id for s in steps}
+    fidelity = fidelity_fields(launch_slowdown - 1.0)
     tick(1.0, "done")
-    return WhatIfReport(
-        fidelity=assess_fidelity(launch_slowdown - 1.0),
-        slowdown=slowdown,
-        straggling=slowdown >= STRAGGLING_THRESHOLD,
-        decomposed=decomposed,
-        step_slowdown={str(s): float(x / t_id) for s, x in zip(steps, t_nd, strict=True)},
-        launch_slowdown=launch_slowdown,
-        simulation_error=launch_slowdown - 1.0,
-        step_launch_gap={str(s): float(x) for s, x in zip(steps, gap, strict=True)},
-        attribution=Attribution(
-            by_optype=_sorted(by_optype),
-            by_dp_rank=_sorted(by_dp),
-            by_stage=_sorted(by_stage),
-            by_optype_per_step=by_optype_ps,
-            by_dp_rank_per_step=by_dp_ps,
-            by_stage_per_step=by_stage_ps,
-            by_worker=by_worker,
-            by_worker_exact_top_k=exact_top_k
+    # the keys in WhatIfReport's field order (and Attribution's, StepTimes', ...), so that this
+    # document and the model's dump are the same JSON text (tests/engine/test_report_json.py)
+    return {
+        "fidelity": {**fidelity, "verdict": fidelity["verdict"].value},
+        "slowdown": slowdown,
+        "straggling": slowdown >= STRAGGLING_THRESHOLD,
+        "decomposed": decomposed,
+        "step_slowdown": {str(s): float(x / t_id) for s, x in zip(steps, t_nd, strict=True)},
+        "launch_slowdown": launch_slowdown,
+        "simulation_error": launch_slowdown - 1.0,
+        "step_launch_gap": {str(s): float(x) for s, x in zip(steps, gap, strict=True)},
+        "attribution": {
+            "by_optype": _sorted(by_optype),
+            "by_dp_rank": _sorted(by_dp),
+            "by_stage": _sorted(by_stage),
+            "by_optype_per_step": by_optype_ps,
+            "by_dp_rank_per_step": by_dp_ps,
+            "by_stage_per_step": by_stage_ps,
+            "by_worker": by_worker,
+            "by_worker_exact_top_k": exact_top_k
             if exact_top_k is not None and len(exact_set) < len(all_workers)
             else None,
-        ),
-        m_w=m_w.value,
-        m_s=m_s.value,
-        m_s_by_stage={k: v.value for k, v in m_s_by_stage.items()},
-        fix_ratios=FixRatios(m_w=m_w, m_s=m_s, by_stage=m_s_by_stage),
-        wasted_fraction=wasted,
-        measured_loss_fraction=measured_loss(actual_by_step, ideal_by_step),
-        step_times=StepTimes(
-            actual=actual_by_step,
-            no_delay={str(s): float(x) for s, x in zip(steps, t_nd, strict=True)},
-            ideal=ideal_by_step,
-        ),
-        job=trace.meta,
-        n_ops=len(trace.ops),
-        steps=steps,
-        notes=notes,
-    )
+        },
+        "m_w": m_w["value"],
+        "m_s": m_s["value"],
+        "m_s_by_stage": {k: v["value"] for k, v in m_s_by_stage.items()},
+        "fix_ratios": {"m_w": m_w, "m_s": m_s, "by_stage": m_s_by_stage},
+        "wasted_fraction": wasted,
+        "measured_loss_fraction": measured_loss(actual_by_step, ideal_by_step),
+        "step_times": {
+            "actual": actual_by_step,
+            "no_delay": {str(s): float(x) for s, x in zip(steps, t_nd, strict=True)},
+            "ideal": ideal_by_step,
+        },
+        "job": trace.meta.model_dump(mode="json"),
+        "n_ops": len(trace.ops),
+        "steps": [int(s) for s in steps],
+        "notes": notes,
+    }

@@ -12,7 +12,10 @@ Stalling workers are those whose mean gap is at least half the largest worker's;
 those whose largest gap is at least half the largest step's. A gap on more than half the workers
 of a job of at least 4 in only some steps (sporadic) is not one input pipeline running late but
 the whole host pausing (on a busy machine every process is descheduled at once): it is named in
-the diagnosis notes as a job-wide stall, not reported as a dataloader stall.
+the diagnosis notes as a job-wide stall, not reported as a dataloader stall. Likewise a gap on
+several workers at once in a single step of three or more: one host event (a few processes
+descheduled together), named in the notes. One worker's gap in one step (a single slow fetch) is
+still a dataloader stall.
 """
 
 from __future__ import annotations
@@ -59,6 +62,18 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     else:
         spatial = Spatial.RANDOM_DP
     temporal = Temporal.PERSISTENT if len(steps_hit) >= 0.75 * stats.n_steps else Temporal.SPORADIC
+    if temporal == Temporal.SPORADIC and len(steps_hit) == 1 and len(cells) >= 2 and stats.n_steps >= 3:
+        # Several input pipelines late at the same moment, once: one host event (on a busy
+        # machine a few processes descheduled together), as the job-wide case below. A slow fetch
+        # of one rank's loader, even once, stays a dataloader stall.
+        note = (
+            f"one-off launch stall: {len(cells)} of {n_workers} workers idled before their first forward "
+            f"in step {steps_hit[0]} only ({stall * 1e3:.0f} ms per step on average over the "
+            f"{stats.n_steps} steps); one host event, not reported as a dataloader stall"
+        )
+        if note not in stats.notes:
+            stats.notes.append(note)
+        return None
     if temporal == Temporal.SPORADIC and n_workers >= 4 and len(cells) > n_workers / 2:
         note = (
             f"job-wide stall: {len(cells)} of {n_workers} workers idled before their first forward in "

@@ -13,7 +13,8 @@ Evidence, all of which must hold:
 - all compute types are slow: the optimizer step too (at least a quarter of the compute excess);
   or, with lower confidence, at least 90% of the worker's forwards (or backwards) take 1.2x or
   more their stage's median — slow kernels on every microbatch, which no data imbalance or
-  sporadic pause produces;
+  sporadic pause produces — unless the job's microbatches carry their own cost (variable lengths,
+  ``lengths_vary``), where that is what longer data does;
 - what-if: idealising only the hot workers' compute removes at least ``MIN_SHARE`` of the
   slowdown, or putting only their compute back into the ideal run recreates that share (the
   host-level counterpart of M_W; M_W itself fixes the top 3% of workers, fewer than a host has
@@ -59,7 +60,8 @@ from diagnosers.detectors.peers import (
     peer_reference,
 )
 from diagnosers.detectors.registry import register, register_fallback
-from diagnosers.detectors.stats import BWD, FWD, OPT
+from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
+from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
 from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -91,6 +93,10 @@ MIN_EXCESS = 0.02
 # at least ONSET_Z standard errors above it.
 ONSET_JOINT_Z = 2.5
 ONSET_BEFORE_Z = 2.0
+# A forward position long without its backward in nearly every step (``slow_positions``): at
+# least this robust z of its unmirrored excess (the GC detector's pause measure, at a lower bar:
+# recurring in every step is the evidence, not one extreme op).
+POSITION_Z = 5.0
 # The joint outlier test needs at least this many (affected) steps.
 JOINT_MIN_STEPS = 3
 # The optimizer counts as a second measurement only while its step-to-step noise correlates with
@@ -364,6 +370,45 @@ def consistently_slow(
     return worst
 
 
+def slow_positions(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:
+    """The smallest, over the cells, of the largest share of the ``affected`` steps in which the
+    cell's forward at one position (``stats.op_mb``: its microbatch, or its place among the
+    worker's forwards of the step) runs long without its backward (unmirrored excess at least
+    ``POSITION_Z`` robust sigma and ``OUTLIER_REL`` of a typical forward, the GC detector's
+    measure of a pause).
+
+    A kernel-level job cuts one pass into segments at every collective (FSDP: one per layer), so
+    a machine slow in one layer's forward kernels is slow in one segment of seven, but in that one
+    in every step; a collector pauses a random forward in a random step, and a longer microbatch
+    (sequence length) lengthens its backward too (real recordings: a rank sleeping in one layer's
+    forward is long there in 6 of 6 steps)."""
+    if stats.op_mb is None or not len(stats.fwd_index):
+        return 0.0
+    long = (stats.fwd_excess_z >= POSITION_Z) & (stats.fwd_excess >= OUTLIER_REL * stats.fwd_typical)
+    rows = stats.fwd_index
+    in_steps = affected[stats.op_step_index[rows]]
+    n_aff = max(int(affected.sum()), 1)
+    worst = 1.0
+    for d, p in cells:
+        mine = long & (stats.op_dp[rows] == d) & (stats.op_pp[rows] == p) & in_steps
+        best = 0.0
+        for pos in np.unique(stats.op_mb[rows][mine]):
+            at = mine & (stats.op_mb[rows] == pos)
+            best = max(best, len(np.unique(stats.op_step_index[rows][at])) / n_aff)
+        worst = min(worst, best)
+    return worst
+
+
+def lengths_vary(stats: TraceStats) -> bool:
+    """Whether the job's microbatches carry their own cost (``sequence_length.microbatch_coherence``
+    at its bars ``COHERENCE`` and ``COHERENCE_Z``): the same microbatches are the long ones on
+    every stage and pass, as variable sequence lengths make them. Then a worker whose forwards and
+    backwards are slow while its optimizer step is normal may hold the longer data; only a slow
+    optimizer too ("all compute types slow", METHOD.md A6) still points at its machine."""
+    coherence, z = microbatch_coherence(stats)
+    return coherence >= COHERENCE and z >= COHERENCE_Z
+
+
 def optimizer_ratio(
     stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
 ) -> float | None:
@@ -517,15 +562,26 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
         joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
     )
-    if z < OUTLIER_Z and not joint_ok:
+    # ... or with one op position slow in nearly every step as the second measurement (a slow
+    # layer of a kernel-level job, which leaves the optimizer step alone)
+    position_ok = (not joint_ok and int(affected.sum()) >= JOINT_MIN_STEPS
+                   and z >= small_job_outlier_bar(n_workers)
+                   and slow_positions(stats, cells, affected) >= CONSISTENT_FRACTION)
+    if z < OUTLIER_Z and not joint_ok and not position_ok:
         return None
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells, affected)
     opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
     consistent = None if opt_slow else consistently_slow(stats, cells, affected)
-    if consistent is not None and consistent < CONSISTENT_FRACTION:
+    if consistent is not None and consistent < CONSISTENT_FRACTION and (
+        slow_positions(stats, cells, affected) < CONSISTENT_FRACTION
+    ):
         # Neither every compute type nor every op of one type is slow: data or pauses, not a machine.
+        return None
+    if consistent is not None and lengths_vary(stats):
+        # Only forwards and backwards slow (the optimizer normal) in a job whose microbatches carry
+        # their own cost: that is what longer data does; it is no evidence for the hardware.
         return None
     share, compute_share = _shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
@@ -671,7 +727,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:
     outlier-worker``) when its S_w is at least ``max(FALLBACK_Z, sqrt(2 ln n) + 0.5)`` robust sigma
     above the other n - 1 cells' (the slowest of n healthy workers sits ~sqrt(2 ln n) out), its
-    own compute is slow against its peers in every step and above the noise floor, its speed
+    own compute is slow against its peers in every step and above the noise floor (``OWN_Z``
+    standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
     backwards are. Never "within noise" while such a worker exists."""
@@ -690,8 +747,14 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
-    # few steps of heavy noise a healthy worker is above its peers in most steps by chance.
-    if t.typical < max(OWN_Z * floor.typical_sigma(), np.log(1.0 + MIN_EXCESS)) or t.persist < 1.0:
+    # few steps of heavy noise a healthy worker is above its peers in most steps by chance. Its own
+    # compute must stand above the floor as in ``own_slow``: alone, or with its optimizer step as
+    # the second measurement of the same machine (``joint_typical_z``).
+    least = np.log(1.0 + MIN_EXCESS)
+    own = t.typical >= max(OWN_Z * floor.typical_sigma(), least) or (
+        t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z
+    )
+    if not own or t.persist < 1.0:
         return None
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
@@ -707,6 +770,8 @@ def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None
     if consistent is not None and consistent < 0.5 * CONSISTENT_FRACTION:
         # Neither its optimizer nor most of its kernels are slow: a few heavy-tailed ops, not a worker.
         return None
+    if consistent is not None and lengths_vary(stats):
+        return None  # its optimizer normal and the microbatches' lengths vary: data, as in ``detect``
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor,
                   affected if t.onset is not None else None, outlier_only=sw_z)

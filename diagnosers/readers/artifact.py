@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.model import JobMeta, Trace, TraceError
+from diagnosers.model import COLUMNS, JobMeta, Trace, TraceError
 from diagnosers.readers import ReadOptions, read_failure, validate
 from diagnosers.readers.errors import short
 from diagnosers.readers.normalize import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, meta_from_data, normalize
@@ -198,12 +198,38 @@ def columns_from_table(table: Any, source: str) -> tuple[dict[str, npt.NDArray[A
             import pyarrow.compute as pc
 
             col = pc.cast(col, col.type.value_type)
+        widened = _widened(col, COLUMNS[c])
+        if widened is not None:
+            cols[c] = widened
+            continue
         arr = col.to_numpy()  # nulls come back as NaN (numeric) or None (object)
         if c in OPTIONAL_COLUMNS and col.null_count:
             null = np.asarray([x is None for x in arr]) if arr.dtype == object else np.isnan(arr)
             arr = np.where(null, -1, arr)
         cols[c] = arr
     return cols, categories
+
+
+def _widened(col: Any, dtype: Any) -> npt.NDArray[Any] | None:
+    """A numeric column without nulls stored in a type that ``dtype`` (the op table's type of the
+    column) holds exactly (int8 -> int32, float32 -> float64, ...), converted into one array of
+    ``dtype`` chunk by chunk: one copy, where ``to_numpy`` would concatenate the row groups and the
+    reader then widen the result. None for any other column (it takes the general path)."""
+    import pyarrow as pa
+
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    typ = col.type
+    if col.null_count or not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        return None
+    stored = np.dtype(typ.to_pandas_dtype())
+    if stored == np.dtype(dtype) or not np.can_cast(stored, dtype, casting="safe"):
+        return None  # already the op table's type (to_numpy shares pyarrow's buffer), or narrowing
+    out = np.empty(len(col), dtype=dtype)
+    at = 0
+    for chunk in chunks:
+        out[at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=True)
+        at += len(chunk)
+    return out
 
 
 def read_columns(
@@ -251,15 +277,15 @@ META_KEYS: frozenset[str] = frozenset(
 def load_meta_yaml(path: Path) -> dict[str, Any]:
     """The keys of a meta yaml file (the artifact's ``meta-*.yaml``). An unknown key is an error
     (a typo such as ``pp_szie`` would otherwise leave the size to be guessed from the data)."""
-    import difflib
-
-    import yaml
-
     try:
         data = validate.load_yaml(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot read meta yaml: {exc}", file=str(path)) from exc
-    except yaml.YAMLError as exc:
+    except Exception as exc:
+        import yaml  # already imported by load_yaml when it parsed the file
+
+        if not isinstance(exc, yaml.YAMLError):
+            raise
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
@@ -268,6 +294,8 @@ def load_meta_yaml(path: Path) -> dict[str, Any]:
         raise TraceError("meta yaml is not a mapping of keys to values", file=str(path))
     unknown = sorted(str(k) for k in data if k not in META_KEYS)
     if unknown:
+        import difflib
+
         hints = [h for k in unknown for h in difflib.get_close_matches(k, META_KEYS, n=1)]
         hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
         raise TraceError(
@@ -345,7 +373,10 @@ def _blames_base(exc: ValueError, base: dict[str, Any]) -> bool:
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
-        return bool(base)
+        # JobMeta's own checks across fields (layer lists against pp / vpp) raise a plain
+        # ValueError when every value has its type; like pydantic's model-level errors they blame
+        # the keys given
+        return True
     given = {k.removesuffix("_size") for k in base} | {"cp" for k in base if k == "dsp_size"} | set(base)
     fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
     layers = any(k in base for k in ("layers_per_stage", "layers_per_chunk"))

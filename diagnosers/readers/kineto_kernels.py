@@ -74,6 +74,9 @@ COMM_CPU_PREFIXES = ("gloo:", "nccl:")
 NON_COMPUTE_CPU_PREFIXES = ("c10d::", "record_param_comms", "ProfilerStep", "gloo:", "nccl:",
                             "Optimizer.", "DistributedDataParallel.", "FullyShardedDataParallel.")
 ENQUEUE_PREFIX = "c10d::"
+# DDP's reducer, after it waits for a bucket's all-reduce (work.wait(), not a profiled op), copies
+# the reduced bucket into the gradients: the ops of each such copy consume that all-reduce
+DDP_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 TIME_EPS = 1e-4  # s; a consumed collective may end this much after the consumer starts (clock skew)
 NAME_CHARS = 60  # kernel names are cut to this many characters in op-type keys
 
@@ -379,6 +382,7 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     out = RankSteps(f.rank, [[] for _ in range(n_steps)])
     cur: dict[int, Item | None] = {}
     cur_names: dict[int, Counter[str]] = {}
+    last_copy: dict[int, float] = {}  # per step: end of the open segment's last DDP bucket copy
     for j in order:
         s = int(step[j])
         if s < 0:
@@ -390,6 +394,7 @@ def cpu_rank_steps(f: Any) -> RankSteps:
         items = out.steps[s]
         if ev_c[j]:
             _close(items, cur, cur_names, s)
+            last_copy.pop(s, None)
             kind = str(f.name[i])
             if ev_k[j] == 1:
                 kind = "enqueue " + kind
@@ -400,14 +405,30 @@ def cpu_rank_steps(f: Any) -> RankSteps:
                               group="cpu enqueue" if ev_k[j] == 1 else "cpu collective"))
             continue
         seg = cur.get(s)
+        name = str(f.name[i])
+        copy_end = last_copy.get(s)
+        copied = False
+        if name.startswith(DDP_COPY):
+            last_copy[s] = t1
+        elif copy_end is not None and seg is not None and t0 >= copy_end:
+            # the first op after a bucket's copies (not nested in one): the next bucket's copy
+            # group follows the reducer's wait for that bucket's all-reduce, so it starts a
+            # segment of its own that consumes it (left in one segment, the waits for every
+            # later bucket were counted as backward compute of the rank that waits)
+            _close(items, cur, cur_names, s)
+            seg = None
+            last_copy.pop(s, None)
+            copied = True
         if seg is not None and seg.phase != ph:
             _close(items, cur, cur_names, s)
             seg = None
+            last_copy.pop(s, None)
         if seg is None:
             # a CPU collective may block the thread until it completes (gloo's work.wait()): the
             # segment after it may consume it; the timing check in _graph_edges keeps the edge
             # only where the collective ended before the segment began on every rank and step
-            seg = Item(False, ph, tl, tl, t0, t1, consumes=bool(items) and items[-1].coll)
+            seg = Item(False, ph, tl, tl, t0, t1,
+                       consumes=bool(items) and (items[-1].coll or copied))
             cur[s] = seg
             cur_names[s] = Counter()
         seg.last_launch = tl
@@ -542,6 +563,17 @@ def _graph_edges(
             continue
         if last_seg >= 0:
             deps[k].append(last_seg)
+        if pending and it.consumes and DDP_COPY in it.key:
+            # DDP's bucket copies consume the oldest pending all-reduce, by the reducer's order
+            # (its worker thread may close the collective's span a few ms after the main thread
+            # woke up on the busy host: the timing check would drop the edge)
+            first = next((c for c in pending if template[c].group == "cpu collective"), None)
+            if first is not None:
+                consumed[k] = [first]
+                deps[k].append(first)
+                pending = [c for c in pending if c != first]
+            last_seg = k
+            continue
         if pending and (it.consumes or (it.phase == _OPT and template[last_seg].phase != _OPT)):
             ok = [c for c in pending
                   if all(cell[c].end <= cell[k].start + TIME_EPS for cell in per_cell)]
@@ -603,13 +635,16 @@ def build(
     cols: dict[str, list[Any]] = {k: [] for k in keys}
     host_idle = 0.0
     seg_time = 0.0
+    # a consumed collective's result was there when its consumer began: its span ends no later
+    clip = [(c, k) for k, cs in enumerate(consumed) if DDP_COPY in ref[k].key for c in cs]
     for rank, sid, items in cells:
         d = coords[rank][0]
         org = origins[rank]
         ends: list[float] = []
+        done = {c: min(items[c].end, max(items[k].start, items[c].start)) for c, k in clip}
         for k, it in enumerate(items):
             if it.coll:
-                start, end = it.start, it.end
+                start, end = it.start, done.get(k, it.end)
             else:
                 ready = max((ends[u] for u in deps[k]), default=min(entry[(rank, sid)], it.start))
                 start = ready if ready <= it.start else it.start

@@ -141,7 +141,8 @@ def reduce_into(
         return out
     starts = np.r_[0, np.flatnonzero(index[1:] != index[:-1]) + 1]
     heads = index[starts]
-    if len(np.unique(heads)) == len(heads):  # every index in one run
+    ordered = np.sort(heads)
+    if not (ordered[1:] == ordered[:-1]).any():  # every index in one run
         out[heads] = ufunc(out[heads], ufunc.reduceat(values, starts))
     else:
         ufunc.at(out, index, values)
@@ -478,7 +479,12 @@ def _check_step_multisets(
     validate.check_grid(meta.pp, len(step_ids), meta.dp, len(codes), source)
     n_cells = meta.pp * len(step_ids) * meta.dp * n_types
     base = stage if n_cells < 2**31 else stage.astype(np.int64)  # int32 while the cells fit
-    cell = ((base * len(step_ids) + step_idx) * meta.dp + dp_rank) * n_types + codes
+    cell = base * len(step_ids)  # ((stage * steps + step) * dp + dp_rank) * types + code, in place
+    cell += step_idx
+    cell *= meta.dp
+    cell += dp_rank
+    cell *= n_types
+    cell += codes
     counts = np.bincount(cell, minlength=n_cells).reshape(
         meta.pp, len(step_ids), meta.dp, n_types
     )

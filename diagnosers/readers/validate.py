@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import gzip
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,17 +305,68 @@ def check_table(table: Any, source: str) -> None:
 # -- meta files ---------------------------------------------------------------------------------------
 
 
+# A meta file of ``key: value`` lines only, each value a decimal integer or a word that starts with
+# a letter, or a ``key:`` line followed by ``- <integer>`` lines (a list of layer counts): what every
+# writer seen produces (the study's samples, ``write_meta_yaml``). YAML reads such a file as these
+# strings, ints and int lists, except for the words YAML 1.1 turns into booleans or null (checked
+# below, as keys too), so these files need no YAML parser.
+_FLAT_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: +(0|-?[1-9][0-9]*|[A-Za-z][A-Za-z0-9_.-]*))? *")
+_FLAT_ITEM = re.compile(r"- +(0|-?[1-9][0-9]*) *")
+_YAML_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null", "y", "n"})
+
+
+def flat_yaml(text: str) -> dict[str, int | str | list[int]] | None:
+    """The mapping of a meta file made only of ``key: value`` lines (blank lines allowed) with
+    integer or plain-word values, and ``key:`` lines followed by ``- <integer>`` items, as
+    ``yaml.safe_load`` reads it; None for anything else (comments, quotes, flow lists, floats,
+    repeated keys, a key without a value or items, a word YAML reads as a boolean or null), which
+    then goes to the YAML parser."""
+    out: dict[str, int | str | list[int]] = {}
+    items: list[int] | None = None  # the list of the last ``key:`` line, while items follow
+    for line in text.split("\n"):
+        if not line:
+            continue
+        if items is not None:
+            item = _FLAT_ITEM.fullmatch(line)
+            if item is not None:
+                items.append(int(item.group(1)))
+                continue
+            if not items:
+                return None  # ``key:`` alone is null in YAML
+            items = None
+        m = _FLAT_LINE.fullmatch(line)
+        if m is None:
+            return None
+        key, value = m.group(1), m.group(2)
+        if key in out or key.lower() in _YAML_WORDS:
+            return None
+        if value is None:
+            out[key] = items = []
+        elif value.lower() in _YAML_WORDS:
+            return None
+        else:
+            out[key] = int(value) if value[0] == "-" or value[0].isdigit() else value
+    if items is not None and not items:
+        return None
+    return out or None
+
+
 def load_yaml(path: Path) -> Any:
     """A meta yaml file's value, refusing anchors and aliases (an alias tree of a few hundred bytes
     can expand to gigabytes), nesting deeper than ``MAX_YAML_DEPTH`` and files over
-    ``MAX_YAML_BYTES``. The event stream is checked before anything is built."""
-    import yaml
-
+    ``MAX_YAML_BYTES``. The event stream is checked before anything is built. A file of plain
+    ``key: value`` lines (``flat_yaml``) is read without the YAML parser (and has no anchors or
+    nesting to refuse)."""
     with open(path, "rb") as fh:
         raw = fh.read(MAX_YAML_BYTES + 1)
     if len(raw) > MAX_YAML_BYTES:
         raise LimitExceeded(f"meta yaml is larger than {MAX_YAML_BYTES // 1024} KiB", file=str(path))
     text = raw.decode("utf-8")
+    flat = flat_yaml(text)
+    if flat is not None:
+        return flat
+    import yaml
+
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):

@@ -1,6 +1,7 @@
 """``straggler-lens analyze``: the what-if report of a trace.
 
-Prints a readable summary, or with ``--json`` the report (``WhatIfReport.model_dump(mode="json")``:
+Prints a readable summary, or with ``--json`` the report (``WhatIfReport.model_dump(mode="json")``,
+built by ``diagnosers.whatif.report_json`` without importing the pydantic models:
 ``slowdown``, ``straggling``, ``decomposed``, ``step_slowdown``, ``launch_slowdown``, ``attribution``
 {``by_optype``, ``by_dp_rank``, ``by_stage``, their ``*_per_step``, ``by_worker``}, ``m_w``, ``m_s``,
 ``m_s_by_stage``, ``simulation_error``, ``wasted_fraction``, ``job``, ...). Only ``argparse`` is
@@ -46,7 +47,7 @@ def handle(args: argparse.Namespace) -> int:
     import json
 
     from diagnosers.readers import load_trace
-    from diagnosers.whatif import analyze
+    from diagnosers.whatif import report_json
     from server.cli.progress import progress_bar
 
     with progress_bar("analyze ") as bar:
@@ -55,15 +56,15 @@ def handle(args: argparse.Namespace) -> int:
         if "timeline" in args.include:
             bar(1.0, "")
         else:
-            report = analyze(
+            report = report_json(
                 trace, exact_top_k=args.exact_top_k, progress=lambda f, m: bar(0.05 + 0.95 * f, m)
             )
     if "timeline" in args.include:
         return handle_with_timeline(args, trace)
     if args.json:
-        print(json.dumps(report.model_dump(mode="json"), indent=1))
+        print(json.dumps(report, indent=1))
     else:
-        print(summary(report.model_dump(mode="json")))
+        print(summary(report))
     return 0
 
 
@@ -72,11 +73,11 @@ def handle_with_timeline(args: argparse.Namespace, trace: Any) -> int:
     import json
 
     from diagnosers.timeline import analyze_timeline
-    from diagnosers.whatif import analyze, build_engine
+    from diagnosers.whatif import build_engine, report_json
     from server.cli.commands.timeline import summary as timeline_summary
 
     eng = build_engine(trace)
-    doc = analyze(trace, exact_top_k=args.exact_top_k, engine=eng).model_dump(mode="json")
+    doc = report_json(trace, exact_top_k=args.exact_top_k, engine=eng)
     doc["timeline"] = analyze_timeline(eng).model_dump(mode="json")
     if args.json:
         print(json.dumps(doc, indent=1))

@@ -3,7 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end. PART (tune, heldout, heldout2) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 and heldout4 likewise. PART (tune, heldout, heldout2,
+# heldout3, heldout4) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -71,3 +72,16 @@ rec heldout3 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 116 --send-de
 rec heldout3 var-seq-2x3            --dp 2 --pp 3 --steps 6 --seed 117 --var-seq --seq 64
 rec heldout3 gc-pause-2x2           --dp 2 --pp 2 --steps 6 --seed 118 --gc-pause
 rec heldout3 dataloader-stall-3x2   --dp 3 --pp 2 --steps 6 --seed 119 --stall-rank 1 --stall-ms 100
+# --- held out, fourth set (recorded and committed before the third round of detector changes; diagnosed once, at its end) ---
+rec heldout4 healthy-4x2            --dp 4 --pp 2 --steps 6 --seed 121
+rec heldout4 healthy-2x2            --dp 2 --pp 2 --steps 6 --seed 122
+rec heldout4 slow-rank-2x4          --dp 2 --pp 4 --steps 6 --seed 123 --slow-rank 2 --slow-ms 12
+rec heldout4 slow-rank-3x2          --dp 3 --pp 2 --steps 6 --seed 124 --slow-rank 1 --slow-ms 8
+rec heldout4 slow-rank-last-2x3     --dp 2 --pp 3 --steps 6 --seed 125 --slow-rank 5 --slow-ms 15
+rec heldout4 onset-4x2              --dp 4 --pp 2 --steps 8 --seed 126 --slow-rank 2 --slow-ms 20 --slow-from-step 5
+rec heldout4 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 127 --slow-rank 0 --slow-ms 20 --slow-from-step 4
+rec heldout4 layers-2x3             --dp 2 --pp 3 --steps 6 --seed 128 --layers-per-stage 3,1,1
+rec heldout4 send-delay-2x4         --dp 2 --pp 4 --steps 6 --seed 129 --send-delay-rank 4 --send-delay-ms 20
+rec heldout4 var-seq-4x2            --dp 4 --pp 2 --steps 6 --seed 130 --var-seq --seq 64
+rec heldout4 gc-pause-3x2           --dp 3 --pp 2 --steps 6 --seed 131 --gc-pause
+rec heldout4 dataloader-stall-2x2   --dp 2 --pp 2 --steps 6 --seed 132 --stall-rank 1 --stall-ms 100
