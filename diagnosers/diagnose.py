@@ -273,12 +273,16 @@ def _similar(similar: SimilarFn, causes: Sequence[CauseMatch], limit: int) -> li
 
 
 def _with_marginal_gains(
-    causes: Sequence[CauseMatch], stats: TraceStats, remedies: Sequence[Remedy]
+    causes: Sequence[CauseMatch],
+    stats: TraceStats,
+    remedies: Sequence[Remedy],
+    planned: list[Any] | None = None,
 ) -> list[CauseMatch]:
-    """The causes with their marginal gains set, ranked by them (see :mod:`diagnosers.marginal`)."""
+    """The causes with their marginal gains set, ranked by them (see :mod:`diagnosers.marginal`;
+    ``planned``: its ``marginal_scenarios`` of these causes, made before the remedies)."""
     from diagnosers.marginal import marginal_gains, rank_by_gain
 
-    gains = marginal_gains(causes, stats, remedies)
+    gains = marginal_gains(causes, stats, remedies, planned)
     with_gain = [
         c.model_copy(update={"marginal_gain": g, "marginal_basis": b})
         for c, (g, b) in zip(causes, gains, strict=True)
@@ -309,8 +313,8 @@ def diagnose(
     """
     from diagnosers import whatif
     from diagnosers.detectors import compute_stats, detect_all
+    from diagnosers.marginal import marginal_scenarios
     from diagnosers.remedies import remedies_for
-    from diagnosers.transport_noise import detection_view
 
     def tick(frac: float, msg: str) -> None:
         if progress is not None:
@@ -327,16 +331,25 @@ def diagnose(
         )
     tick(0.4, "computing trace statistics")
     stats = compute_stats(trace, engine)
-    # kernel-level jobs: causes judged without the transport's transient collective stalls
-    view = detection_view(trace, engine, report)
+    # kernel-level jobs (a reader-stated graph): causes judged without the transport's transient
+    # collective stalls; other traces have no such view, nor import its module and kernel graphs
+    view = None
+    if trace.graph is not None:
+        from diagnosers.transport_noise import detection_view
+
+        view = detection_view(trace, engine, report)
     d_report, stats = (view.report, view.stats) if view is not None else (report, stats)
     tick(0.55, "matching cause signatures")
     causes = detect_all(d_report, stats)
     tick(0.75, "simulating remedies")
+    # the marginal-gain runs are known now: announced, they ride along with the remedies' runs
+    planned = marginal_scenarios(causes, stats)
+    if stats.probe is not None:
+        stats.probe.ahead([v for _, v, _ in planned])
     layers = list(layers_per_stage) if layers_per_stage is not None else trace.meta.layers_per_stage
     remedies = remedies_for(causes, stats, d_report, layers_per_stage=layers, meta=trace.meta)
     tick(0.82, "simulating each cause's marginal gain")
-    causes = _with_marginal_gains(causes, stats, remedies)
+    causes = _with_marginal_gains(causes, stats, remedies, planned)
     explained, by = explained_launch_error(report, causes)
     fidelity = assess_fidelity(report.simulation_error, explained, by)
     causes = lower_confidences(causes, fidelity)

@@ -107,7 +107,9 @@ def _fixed_durations(match: CauseMatch, stats: TraceStats, probe: Probe) -> tupl
     if match.id is CauseId.SEQUENCE_LENGTH_IMBALANCE:
         from diagnosers.detectors.sequence_length import rebalanced_durations
 
-        return rebalanced_durations(stats), "forward/backward cost rebalanced across DP ranks"
+        # the detector's and the remedy's scenario, shared (run once)
+        balanced = stats.cached("rebalanced_durations", lambda: rebalanced_durations(stats))
+        return balanced, "forward/backward cost rebalanced across DP ranks"
     if match.id is CauseId.GC_PAUSE:
         from diagnosers.detectors.gc_pause import paused_durations, paused_forwards
 
@@ -115,24 +117,46 @@ def _fixed_durations(match: CauseMatch, stats: TraceStats, probe: Probe) -> tupl
     return None
 
 
+Planned = list[tuple[int, Arr, str]]
+
+
+def marginal_scenarios(matches: Sequence[CauseMatch], stats: TraceStats) -> Planned:
+    """Per match with a dedicated run: ``(its index, the fixed durations (read-only), what the run
+    changes)``. Made before the remedies, so that :meth:`Probe.ahead` can let these runs ride
+    along with the remedies' own batch of what-if runs."""
+    probe = stats.probe
+    out: Planned = []
+    if probe is None:
+        return out
+    for i, m in enumerate(matches):
+        fixed = _fixed_durations(m, stats, probe)
+        if fixed is not None:
+            vector = fixed[0]
+            if vector.flags.writeable:  # (a shared scenario is read-only already: keep its identity)
+                vector = vector.view()  # read-only: nobody changes a scenario planned to run later
+                vector.flags.writeable = False
+            out.append((i, vector, fixed[1]))
+    return out
+
+
 def marginal_gains(
-    matches: Sequence[CauseMatch], stats: TraceStats, remedies: Sequence[Remedy]
+    matches: Sequence[CauseMatch],
+    stats: TraceStats,
+    remedies: Sequence[Remedy],
+    planned: Planned | None = None,
 ) -> list[tuple[float | None, str | None]]:
     """Per match, ``(marginal speedup, what the run changed)``; ``(None, None)`` when neither a
     dedicated run nor a remedy for the cause exists. One batched engine pass serves every cause
-    with a dedicated run."""
+    with a dedicated run, none when those runs rode along with an earlier batch (``planned``:
+    :func:`marginal_scenarios` of the same matches, announced with :meth:`Probe.ahead`)."""
     probe = stats.probe
     out: list[tuple[float | None, str | None]] = [(None, None)] * len(matches)
-    batch: list[Arr] = []
-    where: list[tuple[int, str]] = []
-    if probe is not None:
-        for i, m in enumerate(matches):
-            fixed = _fixed_durations(m, stats, probe)
-            if fixed is not None:
-                batch.append(fixed[0])
-                where.append((i, fixed[1]))
+    if planned is None:
+        planned = marginal_scenarios(matches, stats)
+    batch: list[Arr] = [v for _, v, _ in planned]
+    where: list[tuple[int, str]] = [(i, basis) for i, _, basis in planned]
     if batch and probe is not None:
-        times = probe.mean_times(np.stack(batch))
+        times = probe.means_of(batch)  # one pass; scenarios already run are not run again
         for (i, basis), t in zip(where, times, strict=True):
             gain = max(1.0, probe.t_orig / float(t)) if t > 0 else 1.0
             out[i] = (round(gain, 4), basis)

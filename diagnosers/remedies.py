@@ -134,7 +134,9 @@ def sequence_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remed
     chunk, op type), each worker's persistent speed kept; an upper bound (perfect packing)."""
     from diagnosers.detectors.sequence_length import rebalanced_durations
 
-    t_after = float(probe.mean_times(rebalanced_durations(stats))[0])
+    # the detector's own scenario (TraceStats.cached): run once for both
+    balanced = stats.cached("rebalanced_durations", lambda: rebalanced_durations(stats))
+    t_after = float(probe.means_of([balanced])[0])
     return Remedy(
         cause_id=match.id.value,
         action=(

@@ -9,15 +9,17 @@ slowdown that disappears (the ``rem`` ratio of M_W / M_S, METHOD.md A5).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, CauseSignature, Location, Pattern
+
+_T = TypeVar("_T")
 
 Evidence = dict[str, float | int | str | bool | list[float] | list[int] | list[str] | None]
 
@@ -97,6 +99,11 @@ class Probe:
         # masked runs already made, by (ideal_inside, mask): the remedies and marginal gains ask
         # again for scenarios the detectors ran (a faulty machine's workers, drained)
         self._masked: dict[tuple[bool, int, bytes], float] = {}
+        # runs of read-only duration vectors (the statistics' shared scenarios, TraceStats.cached),
+        # by identity: the vector is kept here, so its id stays its own, and cannot change
+        self._vectors: dict[int, tuple[npt.NDArray[np.float64], float]] = {}
+        # read-only vectors announced with ``ahead``: they join the next batch of vector runs
+        self._ahead: list[npt.NDArray[np.float64]] = []
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
@@ -110,19 +117,73 @@ class Probe:
         self, durations: npt.NDArray[np.float64], chunk: int | None = None
     ) -> npt.NDArray[np.float64]:
         """Mean simulated step time per scenario, batched ``chunk`` scenarios per engine pass
-        (default: as many as keep one pass near 25M op values, at most 64)."""
+        (default: as many as keep one pass near 25M op values, at most 64). Vectors announced
+        with :meth:`ahead` ride along in the same batch and are kept for :meth:`means_of`."""
         d = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+        extra = [v for v in self._ahead if self._vectors.get(id(v), (None,))[0] is not v]
+        self._ahead = []
+        if extra and d.shape[1:] == extra[0].shape:
+            d = np.concatenate([d, np.stack(extra)])
+        else:
+            extra = []
         if chunk is None:
             chunk = int(max(1, min(64, 25_000_000 // max(d.shape[1], 1))))
         out = [self.step_times(d[i : i + chunk]).mean(axis=1) for i in range(0, len(d), chunk)]
-        return np.concatenate(out) if out else np.zeros(0)
+        times = np.concatenate(out) if out else np.zeros(0)
+        n = len(times) - len(extra)
+        for v, t in zip(extra, times[n:], strict=True):
+            self._vectors[id(v)] = (v, float(t))
+        return times[:n]
+
+    def ahead(self, vectors: Sequence[npt.NDArray[np.float64]]) -> None:
+        """Announce read-only duration vectors that will be asked for later (:meth:`means_of`):
+        the next batch of vector runs, whoever asks for it, runs them too, so they cost no pass
+        of their own (a scenario's step times do not depend on the batch it runs in). Writeable
+        vectors are ignored: they could change before they run."""
+        self._ahead += [v for v in vectors if isinstance(v, np.ndarray) and not v.flags.writeable]
+
+    def means_of(self, vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+        """Mean simulated step time of each (n_ops,) duration vector, every vector not run before
+        in one batch (:meth:`mean_times`). A read-only vector (a shared scenario from
+        :meth:`TraceStats.cached`) is run once per probe, whoever asks for it."""
+        out = np.zeros(len(vectors), dtype=np.float64)
+        todo: list[int] = []
+        for i, v in enumerate(vectors):
+            hit = self._vectors.get(id(v))
+            if hit is not None and hit[0] is v:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        if todo:
+            asked = {id(vectors[i]) for i in todo}  # announced ones asked for now run once, here
+            self._ahead = [v for v in self._ahead if id(v) not in asked]
+            times = self.mean_times(np.stack([vectors[i] for i in todo]))
+            for i, t in zip(todo, times, strict=True):
+                out[i] = t
+                v = vectors[i]
+                if isinstance(v, np.ndarray) and not v.flags.writeable:
+                    self._vectors[id(v)] = (v, float(t))
+        return out
+
+    def shares(
+        self, removed: npt.NDArray[np.float64], put_back: npt.NDArray[np.float64]
+    ) -> tuple[float, float]:
+        """``(share(removed), add_share(put_back))`` from one batch of what-if runs: the ``rem``
+        view of a cause's fixed durations and the ``add`` view of its put-back ones, which every
+        compute detector asks for together."""
+        gap = self.t_orig - self.t_ideal
+        if gap <= 1e-12 * max(self.t_orig, 1e-12):
+            return 0.0, 0.0
+        t_rem, t_add = self.means_of([removed, put_back])
+        return float((self.t_orig - t_rem) / gap), float((t_add - self.t_ideal) / gap)
 
     def masked_means(
         self, masks: Sequence[npt.NDArray[np.bool_]], *, ideal_inside: bool = True
     ) -> npt.NDArray[np.float64]:
         """Mean simulated step time per row mask: the masked ops ideal, the others original
         (``ideal_inside``), or the reverse; the same as :meth:`mean_times` of those vectors, without
-        a per-row vector per scenario. Batched like :meth:`mean_times`."""
+        a per-row vector per scenario. Batched up to ``MASKED_BATCH_CELLS`` booleans (at most 64
+        scenarios) per engine pass."""
         if not ideal_inside and self._complement_is_same:
             keys = [_mask_key(~np.asarray(m, dtype=bool), True) for m in masks]
         else:
@@ -133,7 +194,7 @@ class Probe:
                 first.setdefault(k, i)
         todo = list(first.values())
         n = max(len(self.original), 1)
-        chunk = int(max(1, min(64, 25_000_000 // n)))
+        chunk = int(max(1, min(64, MASKED_BATCH_CELLS // n)))
         for c in range(0, len(todo), chunk):
             part = todo[c : c + chunk]
             run = self.engine.simulate_masked([masks[i] for i in part], ideal_inside=ideal_inside)
@@ -200,6 +261,13 @@ class Probe:
         return max(1.0, self.t_orig / t_after) if t_after > 0 else 1.0
 
 
+# A masked batch holds one boolean per op and scenario (the engine mixes each node's two values
+# itself, and frees every node's result once its successors have it), not a float vector per
+# scenario: 200M booleans keep a batch near 200 MB, so a 15M-op job runs 13 scenarios per pass
+# where the 25M-float bound of vector batches (:meth:`Probe.mean_times`) allowed one.
+MASKED_BATCH_CELLS = 200_000_000
+
+
 def _mask_key(mask: npt.NDArray[np.bool_], ideal_inside: bool) -> tuple[bool, int, bytes]:
     """A masked scenario's identity: its direction, its length and a digest of its bits (each
     scenario's mean step time does not depend on the batch it was simulated in)."""
@@ -253,6 +321,25 @@ class TraceStats:
     microbatches: bool = True
     notes: list[str] = field(default_factory=list)
     _op_worker: npt.NDArray[np.int32] | None = field(default=None, init=False, repr=False, compare=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cached(self, key: Any, make: Callable[[], npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        """``make()`` computed once per ``key`` and shared, read-only: a scenario the detector, its
+        remedy and its marginal gain all simulate (e.g. the rebalanced durations) is built once and,
+        being read-only, run once by the probe (:meth:`Probe.means_of`)."""
+        if key not in self._cache:
+            value = np.asarray(make()).view()  # a view: the maker's own array stays writeable
+            value.flags.writeable = False
+            self._cache[key] = value
+        return self._cache[key]
+
+    def shared(self, key: Any, make: Callable[[], _T]) -> _T:
+        """``make()`` computed once per ``key`` for every detector that asks: a statistic several
+        detectors read (the microbatch coherence test). The value is shared: never change it."""
+        slot = ("shared", key)
+        if slot not in self._cache:
+            self._cache[slot] = make()
+        return self._cache[slot]
 
     @property
     def n_steps(self) -> int:
@@ -260,12 +347,37 @@ class TraceStats:
 
     def of_types(self, codes: Iterable[int]) -> npt.NDArray[np.bool_]:
         """Per op: whether its op-type code is one of ``codes`` (``np.isin`` by a lookup table
-        over the few codes, a third of its time on a large trace)."""
-        wanted = np.asarray(list(codes), dtype=np.int64)
-        top = int(self.optype.max(initial=-1))
-        table = np.zeros(max(top, int(wanted.max(initial=-1))) + 1, dtype=bool)
-        table[wanted] = True
-        return table[self.optype]
+        over the few codes, a third of its time on a large trace). Made once per set of codes
+        and shared by every detector that asks (read-only)."""
+        wanted = np.asarray(sorted({int(c) for c in codes}), dtype=np.int64)
+
+        def make() -> npt.NDArray[np.bool_]:
+            top = int(self.optype.max(initial=-1))
+            table = np.zeros(max(top, int(wanted.max(initial=-1))) + 1, dtype=bool)
+            table[wanted] = True
+            return table[self.optype]
+
+        return self.cached(("of_types", tuple(wanted.tolist())), make)
+
+    @property
+    def op_worker(self) -> npt.NDArray[np.int32]:
+        """Per op: its flat worker ``dp_rank * pp + pp_rank`` (int32), made once."""
+        if self._op_worker is None:
+            self._op_worker = (self.op_dp.astype(np.int32) * self.pp + self.op_pp).astype(np.int32)
+            self._op_worker.flags.writeable = False
+        return self._op_worker
+
+    @property
+    def op_cell(self) -> npt.NDArray[np.int64]:
+        """Per op: its (step, worker) cell ``(step_index * dp + dp_rank) * pp + pp_rank``, made once."""
+        return self.cached(
+            "op_cell", lambda: self.op_step_index * (self.dp * self.pp) + self.op_worker
+        )
+
+    @property
+    def op_host(self) -> npt.NDArray[np.int64]:
+        """Per op: its host index (``host_of`` of its worker; -1 where the rank is unknown)."""
+        return self.cached("op_host", lambda: self.host_of.reshape(-1)[self.op_worker])
 
     @property
     def host_of(self) -> npt.NDArray[np.int64]:
@@ -292,13 +404,18 @@ class TraceStats:
         )
 
     def worker_mask(self, cells: Iterable[tuple[int, int]]) -> npt.NDArray[np.bool_]:
-        """Boolean mask over op rows belonging to the given (dp, pp) cells."""
-        sel = np.zeros((self.dp, self.pp), dtype=bool)
-        for d, p in cells:
-            sel[d, p] = True
-        if self._op_worker is None:  # each op's flat worker, made once: one 1-D lookup per mask
-            self._op_worker = (self.op_dp.astype(np.int32) * self.pp + self.op_pp).astype(np.int32)
-        return sel.reshape(-1)[self._op_worker]
+        """Boolean mask over op rows belonging to the given (dp, pp) cells (read-only, made once per
+        set of cells: the faulty-machine detector, its drain remedy and its marginal gain ask for
+        the same workers)."""
+        wanted = frozenset((int(d), int(p)) for d, p in cells)
+
+        def make() -> npt.NDArray[np.bool_]:
+            sel = np.zeros((self.dp, self.pp), dtype=bool)
+            for d, p in wanted:
+                sel[d, p] = True
+            return sel.reshape(-1)[self.op_worker]  # each op's flat worker: one 1-D lookup
+
+        return self.cached(("worker_mask", wanted), make)
 
     def describe(self) -> dict[str, Any]:
         """The trace's size (steps, dp, pp, op count) for a diagnosis's notes and views."""

@@ -206,10 +206,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if len(pairs) < 2:
         return None
     if stats.probe is not None:
-        rem = stats.probe.share(paused_durations(stats, paused))
         back = stats.probe.ideal.copy()
         back[stats.fwd_index[paused]] += stats.fwd_excess[paused]
-        share = max(rem, stats.probe.add_share(back))
+        rem, add = stats.probe.shares(paused_durations(stats, paused), back)  # one batch of runs
+        share = max(rem, add)
     else:
         share = float(stats.fwd_excess[paused].sum() / max(stats.step_time.sum(), 1e-12)) / max(
             report.slowdown - 1.0, 1e-9

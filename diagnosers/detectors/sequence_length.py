@@ -103,6 +103,11 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     error ~1/sqrt(n - 1) over n rows, their mean ~1/sqrt((n - 1) K). (0, 0) without a microbatch
     id, on a kernel-level job (its ids are segment positions, whose costs differ by design: see
     the module docstring), with fewer than two columns or ``COHERENCE_MIN_ROWS`` rows."""
+    return stats.shared("microbatch_coherence", lambda: _coherence(stats))  # asked by several detectors
+
+
+def _coherence(stats: TraceStats) -> tuple[float, float]:
+    """:func:`microbatch_coherence`, computed (once per trace statistics)."""
     if stats.op_mb is None or not stats.microbatches:
         return 0.0, 0.0
     mask = ((stats.optype == FWD) | (stats.optype == BWD)) & (stats.op_mb >= 0) & (stats.transfer > 0)
@@ -180,12 +185,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if relaxed and not (one_stage or coherent):
         return None
     if stats.probe is not None:
-        balanced = rebalanced_durations(stats)
-        rem = stats.probe.share(balanced)
+        # shared with the remedy and the marginal gain, which run the same scenario
+        balanced = stats.cached("rebalanced_durations", lambda: rebalanced_durations(stats))
         # Put back only the per-microbatch deviations from the rebalanced value into the ideal run.
         # (Its own name: ``ratio`` holds the per-step slowest/median replica ratio reported below.)
         deviation = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
-        share = max(rem, stats.probe.add_share(stats.probe.ideal * deviation))
+        rem, add = stats.probe.shares(balanced, stats.probe.ideal * deviation)  # one batch of runs
+        share = max(rem, add)
     else:
         share = min(1.0, float(np.mean(ratio)) - 1.0)
     # One stage's correlation alone is weak evidence: then the what-if must carry most of it.

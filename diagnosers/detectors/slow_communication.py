@@ -86,7 +86,7 @@ def candidates(
     ``transfer``), ``batch`` (``batch_ids`` of the P2P rows) and ``links`` (``p2p_links``) may be
     passed in when the caller has them already.
     """
-    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    o, d, p = stats.optype, stats.op_dp, stats.op_pp
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
     if base is None:
@@ -111,7 +111,7 @@ def candidates(
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
     rows = np.flatnonzero(is_p2p)  # the P2P rows, gathered once for the three sums
-    cell_p2p = d[rows] * pp + p[rows]
+    cell_p2p = stats.op_worker[rows]
     p2p_sum = np.bincount(cell_p2p, weights=excess[rows], minlength=dp * pp)
     p2p_n = np.bincount(cell_p2p, minlength=dp * pp)
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
@@ -121,7 +121,7 @@ def candidates(
     )
     p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
-    host = stats.host_of[d, p]
+    host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
     n_hosts = len(np.unique(hosts_flat[hosts_flat >= 0]))
@@ -185,11 +185,11 @@ def candidates(
 def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
-    o, d, p = stats.optype, stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
     is_p2p = stats.of_types([FS, FR, BS, BR])
-    link_stage = np.where((o == FS) | (o == BR), p, p - 1)
+    below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
+    link_stage = stats.op_pp - below
     ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-    return is_p2p, np.where(ok, d * stats.pp + link_stage, -1)
+    return is_p2p, np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
 
 
 def stands_out(
@@ -215,7 +215,7 @@ def stands_out(
     sums = np.bincount(link[ok], weights=ratio[ok], minlength=n_links)
     counts = np.bincount(link[ok], minlength=n_links)
     per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
-    cell = stats.op_dp.astype(np.int64) * stats.pp + stats.op_pp.astype(np.int64)
+    cell = stats.op_worker
     wsum = np.bincount(cell[is_p2p], weights=ratio[is_p2p], minlength=n_links)
     wn = np.bincount(cell[is_p2p], minlength=n_links)
     per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
@@ -282,7 +282,7 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
-    cell = (stats.op_step_index[idx] * stats.dp + stats.op_dp[idx]) * stats.pp + stats.op_pp[idx]
+    cell = stats.op_cell[idx]
     start = stats.op_start[idx]
     order = _by_cell_then_start(cell, start)
     c, t = cell[order], start[order]
@@ -339,8 +339,13 @@ def type_baseline(
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
-    for code in np.unique(codes):
-        m = rows[codes == code]
+    # each type's rows in ascending order, as rows[codes == code] lists them, from one stable
+    # (radix) sort of the codes instead of a scan of every communication row per type
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    starts = np.cumsum(counts) - counts
+    for code in np.flatnonzero(counts):
+        m = rows[order[starts[code] : starts[code] + counts[code]]]
         out[m] = np.percentile(transfer[m], 25)
     return out
 
@@ -360,19 +365,21 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     base = type_baseline(stats, probe.original, is_comm)
     scored = candidates(stats, probe.original, base=base, batch=batch, links=links)
-    # All communication, all compute and every candidate in one batch of what-if runs (each
-    # scenario's step times do not depend on the batch it is simulated in).
-    share_comm, share_compute, *shares = both_views(
-        probe, [is_comm, ~is_comm, *(m for _, _, m in scored)], batched
-    )
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
         standout = stands_out(stats, probe.original, scored, base=base, links=links)
-        picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
-        if picked:
-            both = iter(both_views(probe, picked, False))
-            shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
+    picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
+    # All communication, all compute, every candidate and the put-back view of each candidate
+    # that stands out in one batch of what-if runs (each scenario's step times do not depend on
+    # the batch it is simulated in; the probe keeps them for the views asked for below).
+    masks = [is_comm, ~is_comm, *(m for _, _, m in scored)]
+    if picked:
+        probe.mixed_means([*masks, *picked], [True] * len(masks) + [False] * len(picked))
+    share_comm, share_compute, *shares = both_views(probe, masks, batched)
+    if picked:
+        both = iter(both_views(probe, picked, False))
+        shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
     if share_comm < MIN_SHARE and not any(
         v >= MIN_SHARE for v, hit in zip(shares, standout, strict=True) if hit
     ):

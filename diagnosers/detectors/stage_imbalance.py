@@ -197,12 +197,12 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
 
     if stats.probe is not None:
         balanced = balanced_stage_durations(stats, hot)
-        rem = stats.probe.share(balanced)
         # And the artifact's ``add`` view: put only the stage's imbalance (its ops' ratio to the
         # balanced value) back into the ideal run. With batched P2P (interleaved 1F1B) the transfers
         # absorb the waits for the heavy stage, so idealising compute alone under-states its share.
         ratio = np.divide(stats.probe.original, balanced, out=np.ones_like(balanced), where=balanced > 0)
-        share = max(rem, stats.probe.add_share(stats.probe.ideal * ratio))
+        rem, add = stats.probe.shares(balanced, stats.probe.ideal * ratio)  # one batch of runs
+        share = max(rem, add)
     else:
         share = m_s if m_s is not None else 0.0
     if share < MIN_SHARE:

@@ -27,20 +27,25 @@ OUTLIER_REL = 0.2
 
 
 def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
-    """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe."""
+    """Per-worker and per-op statistics the detectors read; ``engine`` adds the what-if probe.
+
+    Each per-row quantity several statistics share (the flat worker and (step, worker) cell of
+    every row, op ends, the forward and backward masks) is computed once here."""
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
     steps, si = _step_index(ops.step)
     n_s = len(steps)
-    d = ops.dp_rank.astype(np.int64)
-    p = ops.stage.astype(np.int64)
-    cell = (si * dp + d) * pp + p
+    # each row's flat worker d * pp + p (int32, as TraceStats.worker_mask wants it) and its
+    # (step, worker) cell (step_index * dp + d) * pp + p
+    worker = (ops.dp_rank.astype(np.int32) * pp + ops.stage).astype(np.int32, copy=False)
+    cell = si * (dp * pp) + worker
     size = n_s * dp * pp
 
-    rank_of = np.full((dp, pp), -1, dtype=np.int64)
-    rank_of[d, p] = ops.rank
+    rank_of = _rank_of(worker, ops.rank, dp, pp)
 
-    is_comp = (ops.optype == FWD) | (ops.optype == BWD)
+    is_f = ops.optype == FWD
+    is_b = ops.optype == BWD
+    is_comp = is_f | is_b
     compute = (
         np.bincount(cell[is_comp], weights=ops.duration[is_comp], minlength=size)
         .astype(np.float64)
@@ -53,22 +58,28 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     step_time = step_end - step_start
 
     launch_idle = _launch_idle(
-        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps
+        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
+        end=end, is_f=is_f,
     ).reshape(n_s, dp, pp)
 
-    corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(trace, si)
+    fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
+    # each op's microbatch: the trace's id, else its position among the worker's ops of its type
+    op_mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32, copy=False)
+    corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
+        trace, si, cell=cell, fwd_rows=fwd_rows, bwd_rows=bwd_rows, op_mb=op_mb
+    )
     is_opt = ops.optype == OPT
     optimizer = (
         np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
         .astype(np.float64)
         .reshape(n_s, dp, pp)
     )
-    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == FWD, pp)
-    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, ops.optype == BWD, pp)
+    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, fwd_rows, pp)
+    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, bwd_rows, pp)
 
     probe = Probe(engine) if engine is not None else None
     transfer = probe.original if probe is not None else ops.duration.astype(np.float64)
-    return TraceStats(
+    stats = TraceStats(
         steps=steps,
         dp=dp,
         pp=pp,
@@ -93,13 +104,31 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         op_pp=ops.stage,
         op_step_index=si,
         op_gmc=ops.gmc,
-        op_mb=np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32),
+        op_mb=op_mb,
         transfer=transfer,
         probe=probe,
-        op_start=ops.start_ts.astype(np.float64),
+        op_start=np.asarray(ops.start_ts, dtype=np.float64),  # read only: no copy
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
         microbatches=trace.graph is None,
     )
+    worker.flags.writeable = False
+    stats._op_worker = worker  # shared: TraceStats.op_worker
+    stats._cache["op_cell"] = cell
+    cell.flags.writeable = False
+    return stats
+
+
+def _rank_of(
+    worker: npt.NDArray[np.int32], rank: npt.NDArray[np.int64], dp: int, pp: int
+) -> npt.NDArray[np.int64]:
+    """(dp, pp) traced global rank of each worker, -1 if absent: ``rank_of[d, p] = rank`` over the
+    rows, whose last write wins. Only the last row of each run of one worker is written (the
+    same last rows, so the same values), a few thousand writes instead of one per row."""
+    out = np.full(dp * pp, -1, dtype=np.int64)
+    if len(worker):
+        last = np.r_[np.flatnonzero(worker[1:] != worker[:-1]), len(worker) - 1]
+        out[worker[last]] = rank[last]
+    return out.reshape(dp, pp)
 
 
 def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -111,8 +140,10 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
     if hi - lo > 4 * len(step) + 1024:
         steps = np.unique(step).astype(np.int64)
         return steps, np.searchsorted(steps, step).astype(np.int64)
-    offset = step.astype(np.int64) - lo
+    offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
     present = np.bincount(offset, minlength=hi - lo + 1) > 0
+    if present.all():  # consecutive step ids: each row's position is its offset
+        return np.arange(lo, hi + 1, dtype=np.int64), offset
     position = np.cumsum(present) - 1
     return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
@@ -127,16 +158,23 @@ def _launch_idle(
     size: int,
     step_end: npt.NDArray[np.float64] | None = None,
     steps: npt.NDArray[np.int64] | None = None,
+    *,
+    end: npt.NDArray[np.float64] | None = None,
+    is_f: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Per worker-step: time between the step start (or, on a shared time axis, the worker's own
     end of the previous step, when later) and the worker's first forward-compute that no op of
     the worker covers. Communication waits are covered (a recv waiting for its peer is busy
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
-    Overlapping ops are counted twice, which can only under-state the idle time."""
-    is_f = optype == FWD
+    Overlapping ops are counted twice, which can only under-state the idle time. ``end`` (start +
+    duration) and ``is_f`` (the forward-compute rows) may be passed when the caller has them."""
+    if is_f is None:
+        is_f = optype == FWD
+    if end is None:
+        end = start + dur
     first_fwd = reduce_into(np.minimum, cell[is_f], start[is_f], size, np.inf)
-    ff = first_fwd[cell]
-    before = (start + dur) <= ff + EPS
+    # the tolerance added per cell, then gathered: the same sums as adding it per row
+    before = end <= (first_fwd + EPS)[cell]
     covered = np.bincount(cell[before], weights=dur[before], minlength=size)
     n_s = len(step_start)
     per_step = size // n_s if n_s else 0
@@ -147,7 +185,7 @@ def _launch_idle(
         # pipeline the first stage ends step N-1 (its last backward, the DP reduction) well after
         # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
         # starts later than the one before), count idle time from the worker's own previous end.
-        ends = reduce_into(np.maximum, cell, start + dur, size, -np.inf)
+        ends = reduce_into(np.maximum, cell, end, size, -np.inf)
         shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
         if shared_axis:
             prev = np.full(size, -np.inf)
@@ -161,7 +199,13 @@ def _launch_idle(
 
 
 def _forward_backward(
-    trace: Trace, si: npt.NDArray[np.int64]
+    trace: Trace,
+    si: npt.NDArray[np.int64],
+    *,
+    cell: npt.NDArray[np.int64] | None = None,
+    fwd_rows: npt.NDArray[np.intp] | None = None,
+    bwd_rows: npt.NDArray[np.intp] | None = None,
+    op_mb: npt.NDArray[np.int32] | None = None,
 ) -> tuple[
     dict[int, float],
     dict[int, float],
@@ -180,23 +224,30 @@ def _forward_backward(
     z-score of that excess over the stage's forwards. Also the number of backwards that look the
     same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
     backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
+
+    ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``), the
+    forward / backward row indices and ``op_mb`` (each row's ``mb_id``, else its ``seq_id``) may
+    be passed when the caller has them.
     """
     ops, meta = trace.ops, trace.meta
     dp, pp = meta.dp, meta.pp
+    if cell is None:
+        cell = (si * dp + ops.dp_rank) * pp + ops.stage
     gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
     mbmax = int(max(ops.mb_id.max(initial=0), 0)) + 2
     seqmax = int(max(ops.seq_id.max(initial=0), 0)) + 2
 
-    def keys(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
-        mb = np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
-        base = ((si[rows] * dp + ops.dp_rank[rows]) * pp + ops.stage[rows]).astype(np.int64)
-        return (base * gmax + (ops.gmc[rows].astype(np.int64) + 1)) * max(mbmax, seqmax) + mb
+    n_mb = max(mbmax, seqmax)
 
-    fi = np.flatnonzero(ops.optype == FWD)
-    bi = np.flatnonzero(ops.optype == BWD)
-    kf, kb = keys(fi), keys(bi)
-    space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * max(mbmax, seqmax)
+    def microbatch(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if op_mb is not None:
+            return op_mb[rows].astype(np.int64)
+        mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
+        return np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
+
+    fi = np.flatnonzero(ops.optype == FWD) if fwd_rows is None else fwd_rows
+    bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
+    kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
     fi, bi = fi[a], bi[b]
     fd, bd = ops.duration[fi], ops.duration[bi]
@@ -208,13 +259,16 @@ def _forward_backward(
     nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
     # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
-    wgroup = ((si[fi] * dp + ops.dp_rank[fi]) * pp + ops.stage[fi]).astype(np.int64) * gmax + ops.gmc[fi] + 1
+    wgroup = cell[fi] * gmax + ops.gmc[fi] + 1
     by_worker = _median_by(wgroup)
     wf, wb = by_worker(fd), by_worker(bd)
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
     excess = fd - tf * np.maximum(1.0, nb)
-    by_stage = _median_by(stage)
+    # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages,
+    # so their grouping serves the stage medians too (as many distinct groups as stages)
+    one_chunk = np.count_nonzero(np.bincount(group)) == np.count_nonzero(np.bincount(stage))
+    by_stage = by_chunk if one_chunk else _median_by(stage)
     med = by_stage(excess)
     mad = by_stage(np.abs(excess - med))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
@@ -223,14 +277,7 @@ def _forward_backward(
     # The correlations leave out forwards that look paused (the gc-pause rule): a pause inside a
     # forward is not data-dependent cost and would hide a sequence-length imbalance beside it.
     clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
-    corr: dict[int, float] = {}
-    within: dict[int, float] = {}
-    for s in range(pp):
-        m = (stage == s) & clean
-        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
-            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
-        if m.sum() >= 3 and xf[m].std() > 0 and xb[m].std() > 0:
-            within[s] = float(np.corrcoef(xf[m], xb[m])[0, 1])
+    corr, within = _stage_correlations(stage, clean, pp, (nf, nb), (xf, xb))
     b_excess = bd - tb * np.maximum(1.0, nf)
     b_med = by_stage(b_excess)
     b_mad = by_stage(np.abs(b_excess - b_med))
@@ -239,11 +286,83 @@ def _forward_backward(
     return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
 
 
+def _pairing_keys(
+    ops: Any,
+    si: npt.NDArray[np.int64],
+    cell: npt.NDArray[np.int64],
+    fi: npt.NDArray[np.intp],
+    bi: npt.NDArray[np.intp],
+    microbatch: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    dp: int,
+    pp: int,
+    gmax: int,
+    n_mb: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """Keys that pair each forward with its backward (same step, worker, chunk and microbatch),
+    for the forward rows ``fi`` and backward rows ``bi``, and the size of their key space.
+
+    The plain key is ``((cell * gmax + gmc + 1) * n_mb + mb)``: its space holds the stage twice
+    (in the cell and, as the global chunk id, in ``gmc``), pp + 1 times more slots than keys on a
+    15M-op job, which sends the pairing to a sort of every key. The (stage, chunk) pairs present
+    are numbered in their own order instead, ``((step_index * dp + dp_rank) * n_chunks + chunk) *
+    n_mb + mb``: the same keys up to an order-preserving renaming (so the same pairs, in the same
+    order), in a space about the size of the keys. Rows with a stage or chunk id out of range keep
+    the plain keys."""
+    stage_f, stage_b = ops.stage[fi].astype(np.int64), ops.stage[bi].astype(np.int64)
+    g_f, g_b = ops.gmc[fi].astype(np.int64) + 1, ops.gmc[bi].astype(np.int64) + 1
+    n_pairs = pp * gmax
+    ok = all(len(x) == 0 or (int(x.min()) >= 0 and int(x.max()) < top)
+             for x, top in ((stage_f, pp), (stage_b, pp), (g_f, gmax), (g_b, gmax)))
+    if not ok:
+        space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * n_mb
+        kf = (cell[fi] * gmax + g_f) * n_mb + microbatch(fi)
+        kb = (cell[bi] * gmax + g_b) * n_mb + microbatch(bi)
+        return kf, kb, int(space)
+    pair_f, pair_b = stage_f * gmax + g_f, stage_b * gmax + g_b
+    present = (np.bincount(pair_f, minlength=n_pairs) > 0) | (np.bincount(pair_b, minlength=n_pairs) > 0)
+    chunk = np.cumsum(present) - 1  # (stage, chunk) pair -> its number among the present ones
+    n_chunks = int(present.sum())
+    kf = ((cell[fi] // pp) * n_chunks + chunk[pair_f]) * n_mb + microbatch(fi)
+    kb = ((cell[bi] // pp) * n_chunks + chunk[pair_b]) * n_mb + microbatch(bi)
+    space = len(ops) and int(si.max(initial=0) + 1) * dp * n_chunks * n_mb
+    return kf, kb, int(space)
+
+
+def _stage_correlations(
+    stage: npt.NDArray[np.int64],
+    keep: npt.NDArray[np.bool_],
+    pp: int,
+    *pairs: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+) -> tuple[dict[int, float], ...]:
+    """Per pair (a, b) of value arrays: stage -> ``np.corrcoef(a[m], b[m])[0, 1]`` with ``m`` the
+    kept rows of that stage, for stages with at least 3 such rows and neither side constant.
+
+    The rows of each stage are found once, by a stable sort on the stage (ascending rows within
+    a stage, so the values come in the order ``a[(stage == s) & keep]`` gives them) instead of
+    a boolean scan of every row per stage and array."""
+    order = np.argsort(stage, kind="stable")
+    bounds = np.searchsorted(stage[order], np.arange(pp + 1))
+    out: tuple[dict[int, float], ...] = tuple({} for _ in pairs)
+    for s in range(pp):
+        rows = order[bounds[s] : bounds[s + 1]]
+        rows = rows[keep[rows]]
+        if len(rows) < 3:
+            continue
+        for (a, b), found in zip(pairs, out, strict=True):
+            x, y = a[rows], b[rows]
+            if x.std() > 0 and y.std() > 0:
+                found[s] = float(np.corrcoef(x, y)[0, 1])
+    return out
+
+
 def _stage_mean(
-    stage: npt.NDArray[np.int32], values: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_], pp: int
+    stage: npt.NDArray[np.int32], values: npt.NDArray[np.float64], rows: npt.NDArray[np.intp], pp: int
 ) -> npt.NDArray[np.float64]:
-    total = np.bincount(stage[mask], weights=values[mask], minlength=pp)[:pp]
-    count = np.bincount(stage[mask], minlength=pp)[:pp]
+    """Per stage: the mean of ``values`` over ``rows`` (ascending row indices) on that stage, 0 for
+    a stage without any; the rows' stages gathered once for both sums."""
+    at = stage[rows]
+    total = np.bincount(at, weights=values[rows], minlength=pp)[:pp]
+    count = np.bincount(at, minlength=pp)[:pp]
     return np.divide(total, count, out=np.zeros(pp), where=count > 0)
 
 

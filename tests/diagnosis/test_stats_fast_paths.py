@@ -1,0 +1,157 @@
+"""The trace statistics' shortcuts against the plain computations they replace: the traced rank of
+each worker from the last row of each worker run, the per-stage correlations from one stable sort,
+and the shared per-op views (masks, workers, cells, hosts) against their direct formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnosers import whatif
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.stats import _rank_of, _stage_correlations, _stage_mean, _step_index
+from diagnosers.synth import ScenarioSpec, generate
+from diagnosers.synth.spec import Schedule
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_rank_of_is_the_last_write_of_every_row(blocks: bool) -> None:
+    rng = np.random.default_rng(3)
+    dp, pp = 5, 3
+    n = 4000
+    d = np.sort(rng.integers(0, dp, n)) if blocks else rng.integers(0, dp, n)
+    p = rng.integers(0, pp, n)
+    if blocks:  # worker runs, as (step, worker) blocks store them, with some workers absent
+        d, p = np.repeat(rng.integers(0, dp, 40), 100), np.repeat(rng.integers(0, pp, 40), 100)
+    rank = rng.integers(0, 50, n).astype(np.int64)  # conflicting ranks: the last one must win
+    want = np.full((dp, pp), -1, dtype=np.int64)
+    for i in range(n):
+        want[d[i], p[i]] = rank[i]
+    worker = (d * pp + p).astype(np.int32)
+    assert np.array_equal(_rank_of(worker, rank, dp, pp), want)
+    assert np.array_equal(_rank_of(worker[:0], rank[:0], dp, pp), np.full((dp, pp), -1))
+
+
+def test_stage_correlations_match_one_mask_per_stage() -> None:
+    rng = np.random.default_rng(7)
+    pp, n = 6, 3000
+    stage = rng.integers(-1, pp + 1, n).astype(np.int64)  # out-of-range stages are ignored
+    stage[stage == 4] = 2  # stage 4 empty
+    keep = rng.random(n) < 0.8
+    keep[stage == 5] = False
+    keep[np.flatnonzero(stage == 5)[:2]] = True  # stage 5: two kept rows, too few
+    a, b = rng.random(n), rng.random(n)
+    c, e = rng.random(n), np.where(stage == 1, 1.0, rng.random(n))  # stage 1 constant on one side
+    want: tuple[dict[int, float], dict[int, float]] = ({}, {})
+    for s in range(pp):
+        m = (stage == s) & keep
+        for (x, y), found in zip(((a, b), (c, e)), want, strict=True):
+            if m.sum() >= 3 and x[m].std() > 0 and y[m].std() > 0:
+                found[s] = float(np.corrcoef(x[m], y[m])[0, 1])
+    got = _stage_correlations(stage, keep, pp, (a, b), (c, e))
+    assert got == want and 1 not in got[1] and 4 not in got[0] and 5 not in got[0]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_shared_views_match_their_formulas(interleaved: bool) -> None:
+    spec = (
+        ScenarioSpec(dp=4, pp=4, vpp=2, microbatches=8, steps=3, seed=2, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=4, pp=2, microbatches=4, steps=3, seed=2, gpus_per_host=2)
+    )
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    d, p = stats.op_dp.astype(np.int64), stats.op_pp.astype(np.int64)
+    assert np.array_equal(stats.op_worker, d * stats.pp + p)
+    assert np.array_equal(stats.op_cell, (stats.op_step_index * stats.dp + d) * stats.pp + p)
+    assert np.array_equal(stats.op_host, stats.host_of[d, p])
+    codes = [3, 1, 3]
+    mask = stats.of_types(codes)
+    assert np.array_equal(mask, np.isin(stats.optype, codes))
+    assert stats.of_types([1, 3]) is mask and not mask.flags.writeable  # made once, shared
+    rank_of = np.full((stats.dp, stats.pp), -1, dtype=np.int64)
+    rank_of[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
+    assert np.array_equal(stats.rank_of, rank_of)
+
+
+@pytest.mark.parametrize("ids", [[3, 4, 5, 6], [3, 5, 9], [7], [2, 10**9]])
+def test_step_index_is_unique_and_searchsorted(ids: list[int]) -> None:
+    step = np.random.default_rng(2).choice(np.asarray(ids, dtype=np.int64), 500)
+    step[: len(ids)] = ids  # every id present
+    steps, si = _step_index(step)
+    want = np.unique(step)
+    assert np.array_equal(steps, want) and steps.dtype == np.int64
+    assert np.array_equal(si, np.searchsorted(want, step)) and si.dtype == np.int64
+
+
+def test_stage_mean_over_rows_is_the_masked_mean() -> None:
+    rng = np.random.default_rng(4)
+    stage = rng.integers(0, 4, 1000).astype(np.int32)
+    stage[stage == 2] = 1  # stage 2 has no rows: 0
+    values, mask = rng.random(1000), rng.random(1000) < 0.4
+    # the boolean-mask version it replaces (the same sums in the same order)
+    total = np.bincount(stage[mask], weights=values[mask], minlength=5)
+    count = np.bincount(stage[mask], minlength=5)
+    want = np.divide(total, count, out=np.zeros(5), where=count > 0)
+    got = _stage_mean(stage, values, np.flatnonzero(mask), 5)
+    assert np.array_equal(got, want) and got[2] == 0.0 and got[4] == 0.0
+    assert np.allclose(got[1], values[mask & (stage == 1)].mean(), rtol=1e-12)
+
+
+def test_slow_communication_views_keep_their_types_on_shuffled_rows() -> None:
+    """The P2P links from the shared worker view stay int64 ids; the type baselines from one sort
+    equal the per-type scan on rows in any order."""
+    from diagnosers.detectors.slow_communication import comm_mask, p2p_links, type_baseline
+
+    spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=8, scenarios=["slow-communication"])
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(3).permutation(len(trace.ops)))
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    is_p2p, link = p2p_links(stats)
+    assert link.dtype == np.int64 and (link[~is_p2p] == -1).all()
+    transfer, is_comm = stats.probe.original, comm_mask(stats)
+    want = np.zeros_like(transfer)
+    for code in np.unique(stats.optype[is_comm]):
+        m = stats.optype == code
+        want[m] = np.percentile(transfer[m], 25)
+    assert np.array_equal(type_baseline(stats, transfer, is_comm), want)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_pairing_keys_pair_like_the_plain_keys(interleaved: bool) -> None:
+    """The renumbered (stage, chunk) keys give np.intersect1d's pairs of the plain keys, in its
+    order, in a key space about the size of the keys."""
+    from diagnosers.detectors.stats import BWD, FWD, _pairing_keys, _step_index
+    from diagnosers.readers.validate import common_keys
+
+    spec = (
+        ScenarioSpec(dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=6, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=6)
+    )
+    trace = generate(spec).trace
+    trace.ops = trace.ops.take(np.random.default_rng(9).permutation(len(trace.ops)))
+    ops, dp, pp = trace.ops, trace.meta.dp, trace.meta.pp
+    _, si = _step_index(ops.step)
+    cell = (si * dp + ops.dp_rank) * pp + ops.stage
+    fi, bi = np.flatnonzero(ops.optype == FWD), np.flatnonzero(ops.optype == BWD)
+    gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
+    n_mb = max(int(ops.mb_id.max()), int(ops.seq_id.max()), 0) + 2
+    mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int64)
+
+    def microbatch(rows: np.ndarray) -> np.ndarray:
+        return mb[rows]
+
+    plain_f = (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi]
+    plain_b = (cell[bi] * gmax + ops.gmc[bi] + 1) * n_mb + mb[bi]
+    _, want_a, want_b = np.intersect1d(plain_f, plain_b, return_indices=True)
+    kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
+    assert space <= 2 * (len(kf) + len(kb))  # small enough for the lookup-table pairing
+    got_a, got_b = common_keys(kf, kb, space)
+    assert np.array_equal(got_a, want_a) and np.array_equal(got_b, want_b)
+    # a chunk id out of range keeps the plain keys
+    ops.gmc[fi[0]] = -5
+    kf, kb, _ = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
+    assert np.array_equal(kf, (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi])
