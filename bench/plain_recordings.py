@@ -4,7 +4,8 @@
 the held-out part, stored before tuning and run once; ``kineto_plain_heldout2`` (``--part
 heldout2``) a second held-out set, stored before the transport-noise work and run once at its
 end; ``kineto_plain_heldout3`` (``--part heldout3``) a third, with 3- and 4-rank jobs, stored before
-the compute-noise work and run once at its end; ``kineto_plain_tune2`` (``--part tune2``) five
+the compute-noise work and run once at its end (seen data since: a later figure on it is a second
+look); ``kineto_plain_tune2`` (``--part tune2``) five
 tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the
 top cause and its ranks, the slowdown and the simulation error; then the share found (cause and
 rank).

@@ -242,6 +242,43 @@ def quiet_launch_gaps(stats: TraceStats, step_times: npt.NDArray[np.float64]) ->
     return replace(stats, launch_idle=idle)
 
 
+def judge_noises(
+    trace: Trace, engine: WhatIfEngine, t_o: float, t_id: float
+) -> tuple[TransportNoise | None, HostBursts | None, WhatIfEngine]:
+    """Which of the two noises (transient collective stalls, one-step compute bursts) the view
+    removes, and the engine without them.
+
+    Each noise is material when it holds at least ``NOISE_SHARE`` of the slowdown on its own, or
+    of the slowdown the other one leaves when that other one is material on its own: a burst of
+    seconds inflates the slowdown a transport stall is weighed against (and the other way round),
+    so judged one after the other against the whole slowdown a stall that holds most of what the
+    burst leaves stays under the bar. ``t_o`` / ``t_id``: the engine's mean simulated step time
+    (no launch delay) and its ideal. Returns (transport noise or None, bursts or None, engine with
+    the material ones capped; ``engine`` itself when none is)."""
+    gap = max(t_o - t_id, 1e-12)
+    found_t = transport_noise(engine)
+    found_b = host_bursts(trace, engine, t_o, t_id)
+    b_alone = found_b is not None and found_b[0].share >= NOISE_SHARE
+    if found_t is not None and found_t[0].share >= NOISE_SHARE:
+        stalls, after_t = found_t
+        t_left = float(after_t.nodelay_step_times.mean())
+        found = host_bursts(trace, after_t, t_left, t_id)  # its share: of the slowdown the stalls leave
+        if found is None or not (b_alone or found[0].share >= NOISE_SHARE):
+            return stalls, None, after_t
+        # the notes state the bursts' share of the whole slowdown
+        return stalls, replace(found[0], share=found[0].share * (t_left - t_id) / gap), found[1]
+    if found_b is not None and b_alone:
+        bursts, base = found_b
+        left = transport_noise(base)  # its share: of the slowdown the bursts leave
+        if left is None or left[0].share < NOISE_SHARE:
+            return None, bursts, base
+        # the notes state the stalls' share of the whole slowdown and S with both removed
+        t_clean = float(left[1].nodelay_step_times.mean())
+        noise = replace(left[0], t_orig=t_o, t_ideal=t_id, share=(t_o - t_clean) / gap - bursts.share)
+        return noise, bursts, left[1]
+    return None, None, engine
+
+
 @dataclass
 class DetectionView:
     """What the detectors judge a kernel-level job on when transport or host noise is material: the
@@ -259,8 +296,9 @@ class DetectionView:
 
 def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> DetectionView | None:
     """The detection view of a kernel-level job whose transient collective stalls
-    (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) hold at least
-    ``NOISE_SHARE`` of its slowdown, else None.
+    (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) are material,
+    the two judged together (:func:`judge_noises`: ``NOISE_SHARE`` of the slowdown, or of what
+    the other material noise leaves), else None.
 
     Compute-side causes (a slow rank, a GC pause, an input stall) live in compute segments and
     launch gaps, which the stalls do not touch; judged against a slowdown the stalls inflate, their
@@ -272,11 +310,7 @@ def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> 
         return None
     t_o = float(engine.nodelay_step_times.mean())
     t_id = engine.ideal_step_time
-    found = transport_noise(engine)
-    noise, base = found if found is not None and found[0].share >= NOISE_SHARE else (None, engine)
-    burst_found = host_bursts(trace, base, t_o, t_id)
-    ok = burst_found is not None and burst_found[0].share >= NOISE_SHARE
-    bursts, clean = burst_found if burst_found is not None and ok else (None, base)
+    noise, bursts, clean = judge_noises(trace, engine, t_o, t_id)
     if noise is None and bursts is None:
         return None
     view_trace = with_durations(trace, clean) if bursts is not None else trace

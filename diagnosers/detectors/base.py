@@ -316,6 +316,9 @@ class TraceStats:
     # per op: its microbatch (the trace's microbatch id, else its position among the worker's ops
     # of its type in the step); None when not known
     op_mb: npt.NDArray[np.int32] | None = None
+    # whether the compute ops are microbatches of the model (named spans); False on a kernel-level
+    # job, whose compute ops are segments of one pass cut at its collectives (``op_mb``: positions)
+    microbatches: bool = True
     notes: list[str] = field(default_factory=list)
     _op_worker: npt.NDArray[np.int32] | None = field(default=None, init=False, repr=False, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)

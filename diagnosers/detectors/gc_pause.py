@@ -4,12 +4,15 @@ A pause stops the process inside a forward; the matching backward is unaffected.
 forward has a large "unmirrored excess" (its extra time not explained by its backward, see
 ``stats._forward_backward``). Evidence, all of which must hold:
 - paused forwards: robust z-score of that excess >= 8 and excess >= 20% of a typical forward;
-- above the job's own tail: a paused forward's excess is at least ``TAIL_GAP`` times the largest
-  excess of the forwards that do not look paused (``above_tail``). On a noisy host ordinary
-  forwards reach robust z 8-11 with a few milliseconds of excess (heavy-tailed op durations);
-  a collector's pause stands orders of magnitude above them. The forwards under that bar are the
-  tail's, not pauses, and leave the count (a worker whose forwards all look paused is judged by
-  the sporadic test below first, on every forward that looks paused);
+- above the job's own tail: the paused forwards are those above the widest gap (ratio of
+  neighbours) in the descending excesses of the forwards that look paused, the largest excess of
+  the others (at least the timer's 1 us) closing the list, and that gap must be at least
+  ``TAIL_GAP`` (``above_tail``). On a noisy host ordinary forwards reach robust z 8-11 with a
+  few milliseconds of excess (heavy-tailed op durations); a collector's pause stands orders of
+  magnitude above them, so the two populations part at the widest gap. The forwards under it are
+  the tail's, not pauses, and leave the count before any test below is run (a worker slow in
+  every forward has no gap among its own forwards: all of them stay, and the sporadic test
+  rejects it);
 - forward-only: when some backwards also show an unmirrored excess of that size (heavy-tailed
   kernel noise hits both passes), the forward count must be improbable under a fair coin
   (binomial p <= 0.01); a pause inside the forward leaves the backwards clean. Only backwards
@@ -58,6 +61,8 @@ STALL_WORKERS = 0.75
 # (the job's own op-duration tail): ordinary forwards passing the z test on a noisy host reach
 # 1.1-1.5x that tail, real collections 100x and more (real recordings, docs/ACCURACY.md).
 TAIL_GAP = 5.0
+# excesses under the profiler's timer resolution (1 us) are zero: a ladder ratio against 0 says nothing
+TIMER_S = 1e-6
 
 
 def noise_p_value(n_fwd: int, n_bwd: int) -> float:
@@ -75,13 +80,27 @@ def paused_forwards(stats: TraceStats) -> npt.NDArray[np.bool_]:
 
 
 def above_tail(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    """``paused`` without the forwards whose excess is under ``TAIL_GAP`` times the job's tail: the
-    largest unmirrored excess of the forwards not in ``paused`` (none: ``paused`` as it is)."""
-    rest = stats.fwd_excess[~paused]
-    if not rest.size:
+    """``paused`` down to the forwards above the widest gap of the job's excess ladder.
+
+    The excesses of the forwards in ``paused``, largest first, are closed by the job's tail (the
+    largest excess of the forwards not in ``paused``, at least ``TIMER_S``); the cut falls after
+    the entry with the largest ratio to the next one, and only when that ratio is at least
+    ``TAIL_GAP`` (none: no forward is kept). So every kept forward's excess is at least
+    ``TAIL_GAP`` times the tail, and the forwards that pass the z test by op noise, a few
+    milliseconds below seconds-long collections, are set aside with it."""
+    idx = np.flatnonzero(paused)
+    if not idx.size:
         return paused
-    tail = max(float(rest.max()), 0.0)
-    return paused & (stats.fwd_excess >= TAIL_GAP * tail)
+    rest = stats.fwd_excess[~paused]
+    tail = max(float(rest.max()) if rest.size else 0.0, TIMER_S)
+    order = idx[np.argsort(stats.fwd_excess[idx])[::-1]]
+    ladder = np.append(np.maximum(stats.fwd_excess[order], TIMER_S), tail)
+    ratio = ladder[:-1] / ladder[1:]
+    cut = int(np.argmax(ratio))
+    out = np.zeros_like(paused)
+    if ratio[cut] >= TAIL_GAP:
+        out[order[: cut + 1]] = True
+    return out
 
 
 def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
@@ -150,6 +169,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     paused = paused_forwards(stats)
     if not paused.any():
         return None
+    # the tail's forwards leave first: the sporadic tests below count pauses, not op noise
+    paused = above_tail(stats, paused)
+    if not paused.any():
+        return None
     rows = stats.fwd_index[paused]
     cell = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
     all_cell = stats.op_dp[stats.fwd_index].astype(np.int64) * stats.pp + stats.op_pp[stats.fwd_index]
@@ -158,11 +181,6 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     worst_fraction = float((per_worker / fwd_per_worker).max())
     if worst_fraction > 0.5 or recurring(stats, paused):
         return None
-    paused = above_tail(stats, paused)
-    if not paused.any():
-        return None
-    rows = stats.fwd_index[paused]
-    cell = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
     n_fwd = int(paused.sum())
     n_bwd = min(stats.bwd_outliers, backwards_as_slow(stats, float(stats.fwd_excess[paused].min())))
     p_noise = noise_p_value(n_fwd, n_bwd)

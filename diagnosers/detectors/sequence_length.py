@@ -20,6 +20,13 @@ Evidence, all of which must hold:
   kept — removes at least ``MIN_SHARE`` of the slowdown, or putting only those per-microbatch
   deviations back into the ideal run recreates that share (the larger counts).
 How freely the slowest DP replica moves from step to step is reported and raises confidence.
+
+Not claimed on a kernel-level job (``TraceStats.microbatches`` False: a plain PyTorch trace read
+without span names). Its compute ops are the segments of one forward / backward cut at the
+collectives (FSDP: one per layer), not microbatches: the "same microbatch" forward / backward
+pairs and the coherence across microbatches compare different parts of the model, whose costs
+differ by design and agree across ranks and steps, and rebalancing them evens out the layers
+(and a slow rank with them), so every measurement the cause rests on is undefined there.
 """
 
 from __future__ import annotations
@@ -94,13 +101,14 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
     stage's own weight drop out), and only complete rows count. Spearman correlations (ranks:
     one descheduled op cannot dominate). Under independent noise each of the K pairs has standard
     error ~1/sqrt(n - 1) over n rows, their mean ~1/sqrt((n - 1) K). (0, 0) without a microbatch
-    id, with fewer than two columns or ``COHERENCE_MIN_ROWS`` rows."""
+    id, on a kernel-level job (its ids are segment positions, whose costs differ by design: see
+    the module docstring), with fewer than two columns or ``COHERENCE_MIN_ROWS`` rows."""
     return stats.shared("microbatch_coherence", lambda: _coherence(stats))  # asked by several detectors
 
 
 def _coherence(stats: TraceStats) -> tuple[float, float]:
     """:func:`microbatch_coherence`, computed (once per trace statistics)."""
-    if stats.op_mb is None:
+    if stats.op_mb is None or not stats.microbatches:
         return 0.0, 0.0
     mask = ((stats.optype == FWD) | (stats.optype == BWD)) & (stats.op_mb >= 0) & (stats.transfer > 0)
     if not mask.any():
@@ -162,7 +170,7 @@ def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, np
 @register(CauseId.SEQUENCE_LENGTH_IMBALANCE)
 def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     """Match warm DP ranks whose slowest member moves, with correlated fwd/bwd microbatch costs."""
-    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2:
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2 or not stats.microbatches:
         return None
     slowest, mode_fraction, ratio = slowest_replica(stats)
     corr = [c for c in stats.fwd_bwd_corr_within.values() if np.isfinite(c)]

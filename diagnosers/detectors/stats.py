@@ -109,6 +109,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         probe=probe,
         op_start=np.asarray(ops.start_ts, dtype=np.float64),  # read only: no copy
         layers_per_stage=list(meta.layers_per_stage) if meta.layers_per_stage is not None else None,
+        microbatches=trace.graph is None,
     )
     worker.flags.writeable = False
     stats._op_worker = worker  # shared: TraceStats.op_worker
