@@ -27,13 +27,7 @@ sys.path.insert(0, str(BENCH))
 
 import recordings  # noqa: E402
 
-ROOT = recordings.ROOT
-
-
-def _folder(part: str, name: str) -> Path:
-    f = ROOT / part / name
-    assert (f / "injections.json").is_file(), f"missing recording {f}"
-    return f
+from tests._support.recorded import widened_folder  # noqa: E402
 
 
 def _stats(folder: Path) -> TraceStats:
@@ -93,7 +87,7 @@ def _coherence_oracle(st: TraceStats) -> float:
 
 
 def test_microbatch_coherence_matches_a_plain_loop() -> None:
-    st = _stats(_folder("heldout", "var-seq-2x3"))
+    st = _stats(widened_folder("heldout", "var-seq-2x3"))
     got, z = microbatch_coherence(st)
     assert got == pytest.approx(_coherence_oracle(st), abs=1e-9)
     assert z > 4.0
@@ -114,12 +108,12 @@ def test_microbatch_coherence_matches_a_plain_loop() -> None:
 def test_microbatch_coherence_separates_variable_lengths_from_noise(
     part: str, name: str, coherent: bool
 ) -> None:
-    c, _ = microbatch_coherence(_stats(_folder(part, name)))
+    c, _ = microbatch_coherence(_stats(widened_folder(part, name)))
     assert (c >= COHERENCE) is coherent, f"{name}: coherence {c:.3f}"
 
 
 def test_the_slow_link_stands_out_and_its_noisy_neighbour_does_not() -> None:
-    st = _stats(_folder("heldout", "send-delay-4x2"))  # rank 3 (dp 3, stage 0) sends slowly
+    st = _stats(widened_folder("heldout", "send-delay-4x2"))  # rank 3 (dp 3, stage 0) sends slowly
     assert st.probe is not None
     scored = candidates(st, st.probe.original)
     out = stands_out(st, st.probe.original, scored)
@@ -132,7 +126,7 @@ def test_the_slow_link_stands_out_and_its_noisy_neighbour_does_not() -> None:
 
 
 def test_throttling_from_step_4_under_heavy_noise_is_an_onset() -> None:
-    d = recordings.diagnose_folder(_folder("heldout", "onset-4x2"))
+    d = recordings.diagnose_folder(widened_folder("heldout", "onset-4x2"))
     top = d.causes[0]
     assert top.id == CauseId.FAULTY_MACHINE and top.location.ranks == [5]
     assert top.pattern.temporal == Temporal.ONSET
@@ -141,13 +135,13 @@ def test_throttling_from_step_4_under_heavy_noise_is_an_onset() -> None:
 
 @pytest.mark.parametrize(("part", "name"), [("tune", "var-seq-2x2"), ("heldout", "var-seq-2x3")])
 def test_variable_lengths_drowned_in_noise_are_found(part: str, name: str) -> None:
-    d = recordings.diagnose_folder(_folder(part, name))
+    d = recordings.diagnose_folder(widened_folder(part, name))
     assert d.causes and d.causes[0].id == CauseId.SEQUENCE_LENGTH_IMBALANCE, [c.id for c in d.causes]
     assert float(d.causes[0].evidence["microbatch_coherence"] or 0.0) >= COHERENCE  # type: ignore[arg-type]
 
 
 def test_slow_sends_at_dp4_beside_compute_noise_are_the_link() -> None:
-    d = recordings.diagnose_folder(_folder("heldout", "send-delay-4x2"))
+    d = recordings.diagnose_folder(widened_folder("heldout", "send-delay-4x2"))
     top = d.causes[0]
     assert top.id == CauseId.SLOW_COMMUNICATION and top.location.ranks == [3, 7]
     assert top.evidence["stands_out"] is True

@@ -20,19 +20,13 @@ sys.path.insert(0, str(BENCH))
 
 import recordings  # noqa: E402
 
-ROOT = recordings.ROOT
-
-
-def _folder(part: str, name: str) -> Path:
-    f = ROOT / part / name
-    assert (f / "injections.json").is_file(), f"missing recording {f}"
-    return f
+from tests._support.recorded import widened_folder  # noqa: E402
 
 
 def test_a_weak_slow_worker_that_sw_names_is_reported_not_silent() -> None:
     # 6 ms per forward on rank 0 of a 4x2 job: its own compute 1.37x its peers' in every step and
     # its optimizer 4.4x, but compute alone stays under 3 standard errors of a 21% step floor.
-    d = recordings.diagnose_folder(_folder("heldout2", "slow-rank-weak-4x2"))
+    d = recordings.diagnose_folder(widened_folder("heldout2", "slow-rank-weak-4x2"))
     assert d.causes, d.summary
     top = d.causes[0]
     assert top.id == CauseId.FAULTY_MACHINE and top.location.ranks == [0]
@@ -44,7 +38,7 @@ def test_a_weak_slow_worker_that_sw_names_is_reported_not_silent() -> None:
 def test_a_launch_gap_in_one_step_of_four_is_a_note_not_a_dataloader_stall() -> None:
     # healthy 2x3: the first stage's two ranks idle 190 and 343 ms before their first forward in
     # the last step only (host contention)
-    d = recordings.diagnose_folder(_folder("heldout3", "healthy-2x3"))
+    d = recordings.diagnose_folder(widened_folder("heldout3", "healthy-2x3"))
     assert all(c.id != CauseId.DATALOADER_STALL for c in d.causes), [c.id for c in d.causes]
     assert any(n.startswith("one-off launch stall") for n in d.notes), d.notes
 
@@ -53,7 +47,7 @@ def test_one_rank_late_once_is_still_a_stall_several_ranks_late_once_are_a_note(
     # rank 2 of a 2x2 job sleeps 80 ms before every step's data; move all its idle time into one
     # step of four (one slow fetch, as the plain-PyTorch recordings inject), then give its DP peer
     # (rank 3) the same gap in that step
-    folder = _folder("tune", "dataloader-stall-2x2")
+    folder = widened_folder("tune", "dataloader-stall-2x2")
     trace = load_trace([folder / "traces"])
     engine = whatif.build_engine(trace)
     report = whatif.analyze(trace, engine=engine)
@@ -73,7 +67,7 @@ def test_one_rank_late_once_is_still_a_stall_several_ranks_late_once_are_a_note(
 
 def test_the_standing_last_stage_load_first_counts_only_with_the_injected_cause_found() -> None:
     # the slow link (rank 2 -> its stage-1 peer) found second behind the last stage's head and loss
-    folder = _folder("tune", "send-delay-3x2-s94")
+    folder = widened_folder("tune", "send-delay-3x2-s94")
     d = recordings.diagnose_folder(folder)
     assert [c.id for c in d.causes] == [CauseId.STAGE_IMBALANCE, CauseId.SLOW_COMMUNICATION]
     scored = recordings.score_folder(folder, d)
@@ -84,12 +78,11 @@ def test_the_standing_last_stage_load_first_counts_only_with_the_injected_cause_
     assert not scored.right and not scored.right_standing
 
 
-
 def test_forwards_and_backwards_slow_with_a_normal_optimizer_under_variable_lengths_are_data() -> None:
     # variable sequence lengths on a busy 2x3 job: rank 0's compute ran 3.6x its peer's with its
     # optimizer 0.79x; the microbatches' costs agree across stages (the lengths), so the
     # forward/backward-only slowness is no evidence for the machine
-    folder = _folder("heldout3", "var-seq-2x3")
+    folder = widened_folder("heldout3", "var-seq-2x3")
     d = recordings.diagnose_folder(folder)
     assert d.causes and d.causes[0].id == CauseId.SEQUENCE_LENGTH_IMBALANCE, [c.id for c in d.causes]
     assert all(c.id != CauseId.FAULTY_MACHINE for c in d.causes)
@@ -100,5 +93,5 @@ def test_forwards_and_backwards_slow_with_a_normal_optimizer_under_variable_leng
 def test_fixed_lengths_do_not_vary() -> None:
     # the healthy and the slow-rank recordings of the same job: fixed sequence length
     for part, name in (("heldout3", "healthy-2x3"), ("heldout3", "slow-rank-2x2")):
-        trace = load_trace([_folder(part, name) / "traces"])
+        trace = load_trace([widened_folder(part, name) / "traces"])
         assert not faulty_machine.lengths_vary(compute_stats(trace, whatif.build_engine(trace))), name

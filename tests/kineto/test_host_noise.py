@@ -5,7 +5,6 @@ here)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,19 +19,10 @@ from diagnosers.readers import load_trace
 from diagnosers.readers.kineto_kernels import DDP_COPY
 from diagnosers.transport_noise import BURST_REL, COMPUTE_CODES, detection_view, host_bursts
 from diagnosers.whatif import analyze, build_engine
+from tests._support.recorded import top_cause, truth
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BWD = OPTYPE_CODE["backward-compute"]
-
-
-def _truth(folder: Path) -> dict[str, object]:
-    return json.loads((folder / "injections.json").read_text())
-
-
-def _top(folder: Path) -> tuple[str, list[int]]:
-    trace = load_trace([folder / "traces"])
-    dg = diagnose(trace, analyze(trace))
-    return (dg.causes[0].id.value, list(dg.causes[0].location.ranks)) if dg.causes else ("none", [])
 
 
 def test_a_one_step_burst_is_capped_at_the_ranks_own_typical_and_a_slow_rank_kept() -> None:
@@ -40,7 +30,7 @@ def test_a_one_step_burst_is_capped_at_the_ranks_own_typical_and_a_slow_rank_kep
     trace = load_trace([folder / "traces"])
     eng = build_engine(trace)
     t = eng.template
-    slow = int(_truth(folder)["slow_rank"])  # type: ignore[arg-type]
+    slow = int(truth(folder)["slow_rank"])  # type: ignore[arg-type]
     other = 1 - slow
     comp = np.flatnonzero(np.isin(t.optype, COMPUTE_CODES))
     bwd = int(comp[t.optype[comp] == BWD][-2])
@@ -102,7 +92,7 @@ def test_a_gc_pause_in_a_burst_cell_is_kept() -> None:
 )
 def test_slow_ranks_beside_host_noise_are_found(part: str, job: str) -> None:
     folder = DATA / part / job
-    assert _top(folder) == ("faulty-machine", [_truth(folder)["slow_rank"]])
+    assert top_cause(folder) == ("faulty-machine", [truth(folder)["slow_rank"]])
 
 
 def test_ddp_bucket_copies_consume_their_all_reduce() -> None:
@@ -118,7 +108,7 @@ def test_ddp_bucket_copies_consume_their_all_reduce() -> None:
         assert c in g.deps[k]
     # so the waiting ranks' backward compute no longer holds the slow rank's lag
     stats = compute_stats(trace, build_engine(trace))
-    slow = int(_truth(DATA / "kineto_plain_tune2" / "ddp-slow-4rank")["slow_rank"])  # type: ignore[arg-type]
+    slow = int(truth(DATA / "kineto_plain_tune2" / "ddp-slow-4rank")["slow_rank"])  # type: ignore[arg-type]
     per_rank = np.median(stats.compute[:, :, 0], axis=0)
     assert int(np.argmax(per_rank)) == slow
 
@@ -135,7 +125,7 @@ def test_gc_pauses_must_stand_above_the_jobs_own_tail() -> None:
     tail = float(stats.fwd_excess[~paused].max())
     assert (stats.fwd_excess[kept] >= TAIL_GAP * tail).all()
     assert (stats.fwd_excess[paused & ~kept] < TAIL_GAP * tail).all()
-    assert _top(folder) == ("gc-pause", [_truth(folder)["gc_rank"]])
+    assert top_cause(folder) == ("gc-pause", [truth(folder)["gc_rank"]])
 
 
 def test_a_sleep_in_one_layer_every_step_is_not_a_gc_pause() -> None:
@@ -146,4 +136,4 @@ def test_a_sleep_in_one_layer_every_step_is_not_a_gc_pause() -> None:
     gc = DATA / "kineto_plain" / "fsdp-gc-2rank"
     gc_stats = compute_stats(load_trace([gc / "traces"]), None)
     assert not recurring(gc_stats, paused_forwards(gc_stats))
-    assert _top(folder) == ("faulty-machine", [_truth(folder)["slow_rank"]])
+    assert top_cause(folder) == ("faulty-machine", [truth(folder)["slow_rank"]])

@@ -6,7 +6,6 @@ stall in some steps judged on the steps it stalls."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,29 +15,19 @@ from diagnosers.detectors import compute_stats, dataloader, detect_all, gc_pause
 from diagnosers.detectors.base import TraceStats
 from diagnosers.detectors.dataloader import share_in_stalling_steps, stall_seconds
 from diagnosers.detectors.gc_pause import TAIL_GAP, above_tail, paused_forwards
-from diagnosers.diagnose import diagnose
 from diagnosers.readers import load_trace
 from diagnosers.report import WhatIfReport
 from diagnosers.transport_noise import NOISE_SHARE, detection_view, host_bursts, judge_noises, transport_noise
 from diagnosers.whatif import analyze, build_engine
+from tests._support.recorded import top_cause, truth
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HELD3 = DATA / "kineto_plain_heldout3"
 
 
-def _truth(folder: Path) -> dict[str, object]:
-    return json.loads((folder / "injections.json").read_text())
-
-
-def _top(folder: Path) -> tuple[str, list[int]]:
-    trace = load_trace([folder / "traces"])
-    dg = diagnose(trace, analyze(trace))
-    return (dg.causes[0].id.value, list(dg.causes[0].location.ranks)) if dg.causes else ("none", [])
-
-
 def test_gc_pauses_part_from_the_tail_at_the_widest_gap_before_the_sporadic_test() -> None:
     folder = HELD3 / "ddp-gc-2rank"
-    gc_rank = int(str(_truth(folder)["gc_rank"]))
+    gc_rank = int(str(truth(folder)["gc_rank"]))
     trace = load_trace([folder / "traces"])
     stats = compute_stats(trace, build_engine(trace))
     paused = paused_forwards(stats)
@@ -55,7 +44,7 @@ def test_gc_pauses_part_from_the_tail_at_the_widest_gap_before_the_sporadic_test
     assert cut + 1 == 2 and ladder[cut] / ladder[cut + 1] >= TAIL_GAP
     assert np.array_equal(np.sort(stats.fwd_excess[kept])[::-1], ladder[:2])
     # the sporadic test counts the pauses only: 2 of 6 forwards, a GC pause of that rank
-    assert _top(folder) == ("gc-pause", [gc_rank])
+    assert top_cause(folder) == ("gc-pause", [gc_rank])
 
 
 def test_a_rank_slow_in_every_forward_is_still_no_gc_pause() -> None:
@@ -119,7 +108,7 @@ def test_a_burst_under_the_bar_of_what_the_stalls_leave_stays_in() -> None:
     t_left = float(stalls[1].nodelay_step_times.mean())
     left = host_bursts(trace, stalls[1], t_left, t_id)
     assert left is not None and left[0].share < NOISE_SHARE
-    assert _top(folder) == ("faulty-machine", [_truth(folder)["slow_rank"]])
+    assert top_cause(folder) == ("faulty-machine", [truth(folder)["slow_rank"]])
 
 
 def test_no_sequence_length_evidence_on_a_kernel_level_job() -> None:
@@ -137,7 +126,7 @@ def test_no_sequence_length_evidence_on_a_kernel_level_job() -> None:
     assert coherence >= sequence_length.COHERENCE and z >= sequence_length.COHERENCE_Z
     report = analyze(trace, engine=eng)
     assert sequence_length.detect(report, stats) is None
-    assert _top(folder) == ("faulty-machine", [_truth(folder)["slow_rank"]])
+    assert top_cause(folder) == ("faulty-machine", [truth(folder)["slow_rank"]])
 
 
 def test_a_span_named_trace_keeps_its_microbatches() -> None:
@@ -169,7 +158,7 @@ def test_a_one_step_stall_is_judged_on_the_step_it_stalls() -> None:
     expect = min(float(per_step.max()), u) / max(float(per_step.max()), u)
     assert abs(share_in_stalling_steps(report, stats, per_step) - expect) < 1e-12 and expect > 0.9
     found = dataloader.detect(report, stats)
-    assert found is not None and found.location.ranks == [_truth(folder)["stall_rank"]]
+    assert found is not None and found.location.ranks == [truth(folder)["stall_rank"]]
 
 
 def test_a_gap_the_simulation_covers_is_no_stall() -> None:
