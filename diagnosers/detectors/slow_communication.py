@@ -429,17 +429,23 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     by_type = {k: v for k, v in report.attribution.by_optype.items() if k not in compute_names}
     top_comm = max(by_type, key=lambda k: by_type[k]) if by_type else None
     fit = 0.75 + (0.15 if localised else 0.0) + 0.1 * min(1.0, (share_comm - share_compute))
-    # The lead says what carried the finding: a candidate that stands out beside heavier compute
-    # (the other wording stays as it was for every other finding).
+    # The lead says what carried the finding: communication holding more than compute, or one
+    # place's transfers beside heavier compute (standing out against its peers, or explaining a
+    # real share of their own).
     stood_out = bool(localised and standout[best])
-    lead = (
-        f"Communication, not compute, holds the slowdown: idealising every transfer removes "
-        f"{share_comm * 100:.0f}% of it, idealising every compute op only {share_compute * 100:.0f}%. "
-        if share_comm > share_compute or not stood_out
-        else f"Beside compute that holds more of the slowdown (idealising every compute op removes "
+    beside = (
+        f"Beside compute that holds more of the slowdown (idealising every compute op removes "
         f"{share_compute * 100:.0f}% of it, every transfer {share_comm * 100:.0f}%), one place's "
-        "communication is slow on its own. "
     )
+    if share_comm > share_compute:
+        lead = (
+            f"Communication, not compute, holds the slowdown: idealising every transfer removes "
+            f"{share_comm * 100:.0f}% of it, idealising every compute op only {share_compute * 100:.0f}%. "
+        )
+    elif stood_out:
+        lead = beside + "communication is slow on its own. "
+    else:
+        lead = beside + "communication explains a share of its own. "
     summary = (
         lead
         + f"Transfer times (after the last peer arrived, so waiting is excluded) are long at {where}; "
