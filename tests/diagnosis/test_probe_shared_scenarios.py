@@ -20,6 +20,20 @@ def _stats():  # type: ignore[no-untyped-def]
     return compute_stats(trace, whatif.build_engine(trace))
 
 
+def _count_runs(probe: Probe) -> list[int]:
+    """Wrap the probe's engine so that each simulation call appends its number of scenarios to
+    the returned list."""
+    runs: list[int] = []
+    run = probe.engine.simulate
+
+    def counting(d, **kw):  # type: ignore[no-untyped-def]
+        runs.append(len(np.atleast_2d(d)))
+        return run(d, **kw)
+
+    probe.engine.simulate = counting  # type: ignore[method-assign]
+    return runs
+
+
 def test_shares_match_share_and_add_share_run_alone() -> None:
     stats = _stats()
     probe = stats.probe
@@ -46,14 +60,7 @@ def test_a_cached_scenario_runs_once_and_gives_the_plain_value() -> None:
     assert not shared.flags.writeable  # nobody can change a scenario others reuse
     with pytest.raises(ValueError):
         shared[0] = 1.0
-    runs: list[int] = []
-    run = probe.engine.simulate
-
-    def counting(d, **kw):  # type: ignore[no-untyped-def]
-        runs.append(len(np.atleast_2d(d)))
-        return run(d, **kw)
-
-    probe.engine.simulate = counting  # type: ignore[method-assign]
+    runs = _count_runs(probe)
     other = probe.original * 1.1  # writeable: never memoised by identity
     first = probe.means_of([shared, other])
     again = probe.means_of([other, shared])
@@ -76,14 +83,7 @@ def test_announced_scenarios_ride_along_with_the_next_batch() -> None:
     plain = Probe(probe.engine)  # lone runs, made before the counting starts
     want_later, want_again = plain.mean_times(np.stack(later)), plain.mean_times(np.stack(again))
     want_own = plain.mean_times(own)
-    runs: list[int] = []
-    run = probe.engine.simulate
-
-    def counting(d, **kw):  # type: ignore[no-untyped-def]
-        runs.append(len(np.atleast_2d(d)))
-        return run(d, **kw)
-
-    probe.engine.simulate = counting  # type: ignore[method-assign]
+    runs = _count_runs(probe)
     probe.ahead([*later, probe.original * 0.7])  # the writeable one is not announced
     first = probe.mean_times(own)
     assert runs == [4]  # the two announced ride along; the caller gets its own two back
