@@ -92,6 +92,25 @@ def _csv_short_line(source: str) -> int | None:
     return None
 
 
+def _arrow_input(stream: BinaryIO) -> Any:
+    """What pyarrow reads ``stream`` from, from its current position: a plain file memory-mapped
+    (no copy), anything else (a counted gunzip stream) read here into one buffer.
+
+    Arrow's CSV and JSON readers pull blocks on a read-ahead thread of their own. Handed a Python
+    file they take the GIL on that thread; when a read fails (a budget refusal, bad gzip) the
+    read-ahead can still be running at interpreter exit, where taking the GIL ends the thread and
+    aborts the process ("terminate called without an active exception"). Reading in the calling
+    thread keeps every Python call, and every refusal, on this side.
+    """
+    import pyarrow as pa
+
+    if isinstance(stream, io.BufferedReader) and isinstance(stream.raw, io.FileIO):
+        mapped = pa.memory_map(stream.name)
+        mapped.seek(stream.tell())
+        return mapped
+    return pa.BufferReader(stream.read())
+
+
 def table_from_stream(
     stream: BinaryIO, kind: str, source: str, *, typed_json: bool = False, skip_records: int = 0
 ) -> Any:
@@ -111,10 +130,7 @@ def table_from_stream(
             # parquet needs random access; ParquetFile reads without the dataset layer (cheaper to
             # import for small traces). A plain file is memory-mapped (no copy of its bytes); a
             # gzipped one is inflated into memory first. The footer is checked before any row.
-            if isinstance(stream, io.BufferedReader) and stream.tell() == 0:
-                pf = pq.ParquetFile(pa.memory_map(stream.name))
-            else:
-                pf = pq.ParquetFile(pa.BufferReader(stream.read()))
+            pf = pq.ParquetFile(_arrow_input(stream))
             validate.check_parquet(pf.metadata, source)
             return pf.read()
         if kind == "jsonl":
@@ -136,13 +152,15 @@ def table_from_stream(
                         ("mb_id", pa.int64()),
                     ]
                 )
-                table = pj.read_json(stream, parse_options=pj.ParseOptions(explicit_schema=schema))
+                table = pj.read_json(
+                    _arrow_input(stream), parse_options=pj.ParseOptions(explicit_schema=schema)
+                )
             else:
-                table = pj.read_json(stream)
+                table = pj.read_json(_arrow_input(stream))
         else:
             import pyarrow.csv as pcsv
 
-            table = pcsv.read_csv(stream)
+            table = pcsv.read_csv(_arrow_input(stream))
         validate.take_ops(table.num_rows, source)
         return table
     except (OSError, EOFError) as exc:
