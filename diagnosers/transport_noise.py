@@ -101,6 +101,11 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     floor = float(np.median(spread))
     elevated = x > ideal * (1.0 + NOISE_FLOORS * floor)
     persistent = elevated.mean(axis=2) >= NOISE_PERSIST  # (n_coll, dp)
+    # A call that only hands its collective to the backend's thread (an unsynchronised node: gloo's
+    # c10d enqueue) moves no data and waits for no peer; its time above the ideal is its own
+    # thread held by the host, never the transport's. It is capped like noise whatever its
+    # persistence; the data moves in the backend's collective, judged above as any other.
+    persistent &= np.array([t.group_dp_sync[int(t.group[v])] for v in coll], dtype=bool)[:, None]
     t_nd = engine.nodelay_step_times
 
     def capped(keep: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.float64], float, WhatIfEngine]:

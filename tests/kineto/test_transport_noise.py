@@ -30,6 +30,14 @@ def _collectives(eng: object) -> np.ndarray:
     return np.array(sorted(v for g in t.groups for v in g), dtype=np.int64)
 
 
+def _transfers(eng: object) -> np.ndarray:
+    """The collectives that move data (DP-synchronised groups): the backend's ``gloo:*`` ops, not
+    the ``c10d::*`` enqueue calls that hand them over (a slow link shows in the former)."""
+    t = eng.template  # type: ignore[attr-defined]
+    return np.array(sorted(v for g, m in enumerate(t.groups) if t.group_dp_sync[g] for v in m),
+                    dtype=np.int64)
+
+
 def test_transient_stalls_are_capped_at_the_ideal_and_the_engine_left_alone() -> None:
     trace = load_trace([PLAIN / "fsdp-healthy-2rank" / "traces"])
     eng = build_engine(trace)
@@ -56,7 +64,7 @@ def test_transient_stalls_are_capped_at_the_ideal_and_the_engine_left_alone() ->
 def test_a_collective_slow_in_every_step_is_kept_as_persistent() -> None:
     trace = load_trace([PLAIN / "fsdp-healthy-2rank" / "traces"])
     eng = build_engine(trace)
-    coll = _collectives(eng)
+    coll = _transfers(eng)
     slow = int(coll[len(coll) // 2])
     dense = eng.orig_dense.copy()
     # one collective, on every rank, 40 ms longer than its type's ideal in every step: a slow link
@@ -136,9 +144,9 @@ def test_fsdp2_compute_side_causes_not_masked_by_transport_noise(job: str, cause
 def test_a_persistently_slow_collective_is_still_slow_communication() -> None:
     trace = load_trace([PLAIN / "fsdp-healthy-2rank" / "traces"])
     eng = build_engine(trace)
-    coll = _collectives(eng)
+    coll = _transfers(eng)  # six, as many as the enqueue calls this test slowed before (no data moves there)
     dense = eng.orig_dense.copy()
-    for v in coll[::6]:  # a few collectives 40 ms slow in every step, on top of the real noise
+    for v in coll[::3]:  # a few collectives 40 ms slow in every step, on top of the real noise
         dense[v] = np.maximum(dense[v], eng.ideal_node[v]) + 0.040
     slowed = replace(eng, orig_dense=dense, _nodelay=None, _rows={})
     # the measured steps are as much longer as the simulated ones
@@ -161,3 +169,27 @@ def test_a_stall_is_not_judged_against_a_spread_it_widens_itself() -> None:
     quiet = quiet_launch_gaps(replace(stats, launch_idle=idle, steps=np.arange(6)), times)
     assert quiet.launch_idle[2, 0, 0] == 0.065 and quiet.launch_idle[4, 1, 0] == 0.0
     assert STALL_Z * step_sigma(times) > 0.065 > STALL_Z * step_sigma(np.delete(times, 2))
+
+
+def test_an_enqueue_call_is_no_rendezvous_and_no_transfer() -> None:
+    # gloo: the c10d enqueue call hands the work to the backend's thread, whose gloo:* op moves the
+    # data; the enqueue waits for no peer, so its node is not DP-synchronised and its time is its
+    # own duration on each rank (oracle: the ops' own durations)
+    trace = load_trace([PLAIN / "ddp-healthy-2rank" / "traces"])
+    eng = build_engine(trace)
+    t = eng.template
+    assert trace.graph is not None
+    enq = [m[0] for g, m in enumerate(t.groups) if not t.group_dp_sync[g]]
+    moving = [m[0] for g, m in enumerate(t.groups) if t.group_dp_sync[g]]
+    assert len(enq) == len(moving) == 3  # three buckets: an enqueue and a gloo:all_reduce each
+    assert all(trace.graph.pool[v].startswith("enqueue c10d::") for v in enq)
+    assert all(trace.graph.pool[v].startswith("gloo:") for v in moving)
+    np.testing.assert_allclose(eng.orig_dense[enq], t.dense(trace.ops.duration)[enq])
+    # 40 ms more on one enqueue call in every step: never persistent slow communication
+    dense = eng.orig_dense.copy()
+    dense[enq[-1]] = eng.ideal_node[enq[-1]] + 0.040
+    found = transport_noise(replace(eng, orig_dense=dense, _nodelay=None, _rows={}))
+    assert found is not None
+    noise, clean = found
+    assert all(v not in enq for v, _ in noise.persistent)
+    np.testing.assert_allclose(clean.orig_dense[enq[-1]], np.minimum(dense[enq[-1]], eng.ideal_node[enq[-1]]))
