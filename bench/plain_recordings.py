@@ -6,8 +6,10 @@ heldout2``) a second held-out set, stored before the transport-noise work and ru
 end; ``kineto_plain_heldout3`` (``--part heldout3``) a third, with 3- and 4-rank jobs, stored before
 the compute-noise work and run once at its end (seen data since: a later figure on it is a second
 look); ``kineto_plain_heldout4`` (``--part heldout4``) a fourth, with 2-, 3- and 4-rank jobs, stored
-after that second look and before any diagnosis of it, run once with the rules unchanged;
-``kineto_plain_tune2`` (``--part tune2``) five
+after that second look and before any diagnosis of it, run once with the rules unchanged (seen
+data since); ``kineto_plain_heldout5`` (``--part heldout5``) a fifth, with 2-, 3- and 4-rank jobs,
+weak slow ranks and four healthy jobs, stored before the enqueue round's rule changes and any
+diagnosis of it, run once at that round's end; ``kineto_plain_tune2`` (``--part tune2``) five
 tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the
 top cause and its ranks, the slowdown and the simulation error; then the share found (cause and
 rank).
@@ -26,7 +28,7 @@ from diagnosers.whatif import analyze
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2",
          "heldout3": "kineto_plain_heldout3", "heldout4": "kineto_plain_heldout4",
-         "tune2": "kineto_plain_tune2"}
+         "heldout5": "kineto_plain_heldout5", "tune2": "kineto_plain_tune2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -61,8 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
     ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2, heldout3, heldout4: the second, third and fourth "
-                         "held-out sets)")
+                    help="run this part (heldout2 ... heldout5: the second to fifth held-out sets)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
     run(DATA / PARTS[part])

@@ -12,6 +12,8 @@ Node identity is ``(optype code, seq_id)`` on stage 0 (kernel-level jobs are sin
 graph is one step of one DP rank and, as in the method, the same for every DP rank and step.
 Each collective node is a communication group of its own, synchronised across the DP ranks of the
 step: its transfer time is its end minus the latest start of any rank's member (METHOD.md A3).
+A communication node the reader marks unsynchronised (a CPU backend's enqueue call) is a group of
+one member per rank: its time is its own duration, and no rank waits for another at it.
 ``pool`` names the op type each node's ideal duration is pooled over (ops of the same type take
 the same time), finer than the coarse ``optype`` the report attributes by.
 """
@@ -32,8 +34,12 @@ class ExplicitGraph:
     """One step of one rank: nodes, the nodes each waits for, which are collectives, op types.
 
     ``nodes[i] = (optype code, seq_id)``; ``deps[i]`` lists node indices; ``collective[i]`` marks a
-    DP-synchronised collective; ``pool[i]`` is its op-type key for the ideal duration.
-    ``model`` and ``why`` say which job model produced it, for the report's notes.
+    communication node, a group of its own; ``pool[i]`` is its op-type key for the ideal duration.
+    ``synced[i]`` (default: every collective) says whether that group is synchronised across the
+    DP ranks (a rendezvous: transfer = end minus the latest member's start on any rank) or each
+    rank's member runs on its own (transfer = its own duration: a call that hands work to a
+    backend thread and waits for no peer). ``model`` and ``why`` say which job model produced it,
+    for the report's notes.
     """
 
     nodes: list[tuple[int, int]]
@@ -43,6 +49,7 @@ class ExplicitGraph:
     model: str = "kernel-level"
     why: str = ""
     notes: list[str] = field(default_factory=list)
+    synced: list[bool] | None = None
 
 
 def template_from_explicit(trace: Trace, g: ExplicitGraph) -> Template:
@@ -81,10 +88,12 @@ def template_from_explicit(trace: Trace, g: ExplicitGraph) -> Template:
     stage = np.zeros(n, dtype=np.int64)
     group = np.full(n, -1, dtype=np.int64)
     groups: list[list[int]] = []
+    dp_sync: list[bool] = []
     for v in range(n):
         if g.collective[v]:
             group[v] = len(groups)
             groups.append([v])
+            dp_sync.append(True if g.synced is None else bool(g.synced[v]))
     deps = [sorted(set(d)) for d in g.deps]
     order = _topo_order(n, deps, group, groups, lambda v: _node_name(stage, optype, seq, v), src)
     _, pool = np.unique(np.asarray(g.pool, dtype=object).astype(str), return_inverse=True)
@@ -96,7 +105,7 @@ def template_from_explicit(trace: Trace, g: ExplicitGraph) -> Template:
         deps=deps,
         group=group,
         groups=groups,
-        group_dp_sync=[True] * len(groups),
+        group_dp_sync=dp_sync,
         order=order,
         node_of_row=node_of_row,
         dp_of_row=dp_of_row,

@@ -101,6 +101,11 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     floor = float(np.median(spread))
     elevated = x > ideal * (1.0 + NOISE_FLOORS * floor)
     persistent = elevated.mean(axis=2) >= NOISE_PERSIST  # (n_coll, dp)
+    # A call that only hands its collective to the backend's thread (an unsynchronised node: gloo's
+    # c10d enqueue) moves no data and waits for no peer; its time above the ideal is its own
+    # thread held by the host, never the transport's. It is capped like noise whatever its
+    # persistence; the data moves in the backend's collective, judged above as any other.
+    persistent &= np.array([t.group_dp_sync[int(t.group[v])] for v in coll], dtype=bool)[:, None]
     t_nd = engine.nodelay_step_times
 
     def capped(keep: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.float64], float, WhatIfEngine]:
@@ -229,15 +234,23 @@ def step_sigma(step_times: npt.NDArray[np.float64]) -> float:
 
 def quiet_launch_gaps(stats: TraceStats, step_times: npt.NDArray[np.float64]) -> TraceStats:
     """``stats`` with every idle gap before a step's first op that is shorter than ``STALL_Z``
-    robust standard deviations (1.4826 x MAD) of the job's measured step times set to 0.
+    robust standard deviations (1.4826 x MAD) of the job's other measured step times set to 0.
 
     On a noisy host the step time moves by milliseconds from step to step on its own; a gap of that
     size before the first op is part of that noise, not an input stall (a stall that costs the job
-    time stands out of it). With fewer than ``NOISE_MIN_STEPS`` steps the spread is unknown and
-    ``stats`` is returned as it is."""
-    if len(step_times) < NOISE_MIN_STEPS or stats.launch_idle.size == 0:
+    time stands out of it). A step's gaps are judged against the spread of the *other* steps'
+    times: the step under test is no part of the noise it is judged against (one 65 ms stall in
+    six steps of a noisy job otherwise widens the spread it has to clear). With fewer than
+    ``NOISE_MIN_STEPS`` steps the spread is unknown and ``stats`` is returned as it is."""
+    n = len(step_times)
+    if n < NOISE_MIN_STEPS or stats.launch_idle.size == 0:
         return stats
-    sigma = step_sigma(step_times)
+    if len(stats.launch_idle) == n:
+        others = ~np.eye(n, dtype=bool)
+        sigma = np.array([step_sigma(step_times[others[k]]) for k in range(n)])
+    else:  # steps not aligned with the gaps' (not expected): the whole job's spread
+        sigma = np.full(len(stats.launch_idle), step_sigma(step_times))
+    sigma = sigma.reshape((-1,) + (1,) * (stats.launch_idle.ndim - 1))
     idle = np.where(stats.launch_idle < STALL_Z * sigma, 0.0, stats.launch_idle)
     return replace(stats, launch_idle=idle)
 

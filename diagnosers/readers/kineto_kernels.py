@@ -19,6 +19,9 @@ jobs). Per rank and profiled step (``ProfilerStep#N``) the trace is read as an o
 
 CPU / gloo traces (no GPU activity) use the same model: compute segments are runs of CPU ops,
 collectives are the ``gloo:*`` / ``nccl:*`` annotations (launched at their ``c10d::*`` enqueue op).
+The enqueue call is a communication node of its own on the calling thread, not synchronised
+across ranks (it hands the work to the backend's thread and waits for no peer): its time is its
+own duration, not a transfer.
 
 Dependencies (one graph per step, the same for every rank, as in the method):
 
@@ -74,6 +77,7 @@ COMM_CPU_PREFIXES = ("gloo:", "nccl:")
 NON_COMPUTE_CPU_PREFIXES = ("c10d::", "record_param_comms", "ProfilerStep", "gloo:", "nccl:",
                             "Optimizer.", "DistributedDataParallel.", "FullyShardedDataParallel.")
 ENQUEUE_PREFIX = "c10d::"
+ENQUEUE_GROUP = "cpu enqueue"
 # DDP's reducer, after it waits for a bucket's all-reduce (work.wait(), not a profiled op), copies
 # the reduced bucket into the gradients: the ops of each such copy consume that all-reduce
 DDP_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
@@ -362,9 +366,12 @@ def cpu_rank_steps(f: Any) -> RankSteps:
     coll = coll[_step_of(f, f.ts[coll], extend=False) >= 0]
     enq = enq[_step_of(f, f.ts[enq], extend=False) >= 0]
     paired = len(enq) == len(coll) and len(enq) > 0
-    # gloo's enqueue can block the calling thread until the peers arrive: that wait is not
-    # compute, so ops enclosing an enqueue (autograd's AccumulateGrad hook) leave the segments,
-    # and the enqueue becomes a DP-synchronised node of its own on the thread. Ops nested inside
+    # gloo's enqueue can hold the calling thread for milliseconds (on a busy host the woken
+    # worker thread takes the CPU): that time is not compute, so ops enclosing an enqueue
+    # (autograd's AccumulateGrad hook) leave the segments, and the enqueue becomes a node of its
+    # own on the thread. It is no rendezvous: in the recordings of examples/ddp_train.py an
+    # enqueue often ends before a peer's begins (every DDP slow-rank job: in every step), so its
+    # node is not DP-synchronised (``synced``) and its time is its own. Ops nested inside
     # an enqueue or a collective (c10d's and gloo's own chunk / view / copy, on the calling or the
     # worker thread) belong to that node, not to compute: left in, they would open the next
     # segment before the thread blocks in work.wait() (FSDP2's unshard), so the wait for the
@@ -402,7 +409,7 @@ def cpu_rank_steps(f: Any) -> RankSteps:
             # worker-thread collectives each form one group, matched by order
             items.append(Item(True, ph, tl, tl, t0, t1, busy=t1 - t0, key=kind,
                               stream=("enqueue", f.tid[i]) if ev_k[j] == 1 else f.tid[i], kind=kind,
-                              group="cpu enqueue" if ev_k[j] == 1 else "cpu collective"))
+                              group=ENQUEUE_GROUP if ev_k[j] == 1 else "cpu collective"))
             continue
         seg = cur.get(s)
         name = str(f.name[i])
@@ -683,6 +690,7 @@ def build(
         pool=[it.key + f" [{nm}]" for it, nm in zip(ref, names, strict=True)],
         model=KERNEL_MODEL,
         why="no record_function spans with Megatron/NDTimeline names",
+        synced=[not (it.coll and it.group == ENQUEUE_GROUP) for it in ref],
     )
     return cols, graph, notes
 

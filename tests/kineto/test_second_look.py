@@ -148,15 +148,18 @@ def test_a_one_step_stall_is_judged_on_the_step_it_stalls() -> None:
     report, stats = _view(folder)
     per_step = stats.launch_idle.max(axis=(1, 2))
     assert int((per_step > 0).sum()) == 1  # one stalling step of six
-    # against the mean unexplained time of every step it holds under half ...
+    # against the mean unexplained time of every step it holds about half (under it before the
+    # enqueue calls stopped being rendezvous: the busy host's standing unexplained time) ...
     t_actual = float(np.mean(list(report.step_times.actual.values())))
     unexplained = t_actual * (1.0 - 1.0 / report.launch_slowdown)
-    assert stall_seconds(stats) / unexplained < 0.5
+    mean_share = stall_seconds(stats) / unexplained
+    assert mean_share < 0.6
     # ... against its own step nearly all of it (oracle: min(gap, unexplained) over the larger)
     k = str(int(stats.steps[int(np.argmax(per_step))]))
     u = report.step_times.actual[k] - report.step_times.no_delay[k]
     expect = min(float(per_step.max()), u) / max(float(per_step.max()), u)
     assert abs(share_in_stalling_steps(report, stats, per_step) - expect) < 1e-12 and expect > 0.9
+    assert expect > mean_share + 0.3
     found = dataloader.detect(report, stats)
     assert found is not None and found.location.ranks == [truth(folder)["stall_rank"]]
 
