@@ -119,6 +119,18 @@ def _row_outliers(row: np.ndarray) -> np.ndarray:
     return out if not out.all() else np.zeros(len(row), dtype=bool)
 
 
+def _known_heavy(stats: TraceStats, stage: int) -> bool:
+    """Whether a known mechanism can make ``stage`` heavier than the others: it is the first or
+    the last stage (the embedding; the head and the loss), or the job's ``layers_per_stage`` gives
+    it more layers than the median stage."""
+    if stage in (0, stats.pp - 1):
+        return True
+    layers = stats.layers_per_stage
+    if layers is None or len(layers) != stats.pp:
+        return False
+    return bool(layers[stage] > float(np.median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
+
+
 def _heavy_row(
     stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
@@ -138,6 +150,12 @@ def _heavy_row(
     if outliers.any() and row_typical - 1.0 < ROW_HEAVY:
         # Without its slow machine the stage must still be clearly heavy on its own: a machine's
         # waiting peers are not a heavy stage.
+        return None
+    if outliers.any() and len(row) < 2 and not _known_heavy(stats, hot):
+        # With its slow machine set aside, one DP rank is left to show the stage's level: one
+        # worker's compute is what contention on a busy host (or the slow machine's own pull on
+        # it) moves, not a stage's weight. Accepted only where a mechanism makes the stage heavy:
+        # the first or last stage (embedding, head and loss) or more layers in the partition.
         return None
     # Every DP rank of the row carries the excess (at least half the typical rank's), so a single
     # hot cell — or one hot cell among two DP ranks — is not a heavy stage.
