@@ -5,7 +5,11 @@ Evidence, all of which must hold:
 - the stage's put-back S_stage is the largest and its M_S-style ratio (``m_s_by_stage``: idealise
   every op of that stage) is large — the stage is where the slowdown lives;
 - the whole PP row is heavy, not one cell: every DP rank of the stage carries at least half the
-  compute excess of the typical (median) one, measured against the other stages' compute;
+  compute excess of the typical (median) one, measured against the other stages' compute; DP
+  ranks running ``ROW_OUTLIER`` times the rest of the row (a slow machine on the stage) are set
+  aside first, and then the rest must be ``ROW_HEAVY`` heavier on its own — and, on a middle stage
+  the partition gives no more layers, hold at least two DP ranks (one worker's compute is what
+  host contention moves, not a stage's weight);
 - persistent: in at least 3/4 of the steps the row's typical DP rank carries at least half its
   typical excess (a partition is heavy in every step; pauses or data are not);
 - the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
