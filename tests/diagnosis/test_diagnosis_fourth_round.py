@@ -138,3 +138,20 @@ def test_the_launch_gap_counts_from_the_workers_own_previous_end_on_a_shared_axi
         optype, rel, dur, cell, si, np.array([0.0, 0.0]), 4, np.array([1.0, 2.3]), np.array([0, 1])
     )
     assert np.allclose(idle, [0.0, 0.0, 0.35, 0.0])
+
+
+def test_fourth_round_figures_on_the_parts_seen_before_it() -> None:
+    # docs/ACCURACY.md, "Fourth round": tuning 31 / 32 (strict / with the standing load),
+    # heldout2 12 / 13, heldout3 8 / 9, heldout4 12 / 12 (10 / 10 before this round)
+    parts = ("tune", "heldout", "heldout2", "heldout3", "heldout4")
+    got = {part: [recordings.score_folder(f) for f in recordings.folders(part)] for part in parts}
+    assert [len(v) for v in got.values()] == [24, 9, 15, 9, 12], "a recording is missing"
+    tuning = got["tune"] + got["heldout"]
+    assert sum(r.right for r in tuning) >= 31 and sum(r.right_standing for r in tuning) >= 32
+    for part, right, standing in (("heldout2", 12, 13), ("heldout3", 8, 9)):
+        assert sum(r.right for r in got[part]) >= right
+        assert sum(r.right_standing for r in got[part]) >= standing
+    assert all(r.right for r in got["heldout4"]), [(r.name, r.got) for r in got["heldout4"] if not r.right]
+    everything = [r for part in got.values() for r in part]
+    assert sum(r.silent_miss for r in everything) == 0
+    assert sum(r.false_machine_or_gc for r in everything if r.healthy) <= 1  # heldout2 healthy-2x4
