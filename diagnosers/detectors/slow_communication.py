@@ -22,8 +22,10 @@ With batched P2P calls (1F1B's steady state, interleaved schedules) a transfer's
 also holds the wait for the peer's compute, so only the ``rem`` view counts — except for a
 candidate that *stands out* (``stands_out``): a link whose transfers average at least twice the
 type's typical and twice its peer links' (the other DP ranks' links between the same stages), or
-a worker whose P2P transfers do the same against its stage peers, with its ends' own compute
-normal against their stage peers. Waits spread with compute noise over every link; a slow link's
+a worker whose P2P transfers do the same against its stage peers while the other ends of those
+transfers record them slow too (``far_end_agrees``: a slow NIC lengthens a transfer at both ends,
+a descheduled process only its own records), with its ends' own compute normal against their
+stage peers. Waits spread with compute noise over every link; a slow link's
 time stays on it. For such a candidate the larger of ``rem`` and ``add`` counts, as everywhere
 else, and it may carry the finding when idealising all communication (``rem``) does not reach
 ``MIN_SHARE``: on a busy host compute noise sits on the critical path in most steps, so removing
@@ -62,6 +64,10 @@ MAX_PROBED = 8
 # "elevated" convention, used for workers and hosts above); its ends' compute is normal when its
 # typical ratio to the stage peers stays under OWN_Z standard errors of the noise floor or 2%.
 STANDOUT = 2.0
+# ... and a worker's slow transfers are on the wire only when their other ends record them slow
+# too: at least sqrt(STANDOUT) times their peers' (halfway, on the log scale, to a standing-out
+# link; a partner's records also hold its own noise).
+FAR_END = float(np.sqrt(STANDOUT))
 OWN_Z = 3.0
 MIN_EXCESS = 0.02
 
@@ -225,6 +231,7 @@ def stands_out(
         ref = float(np.median(peers)) if peers.size else 1.0
         return bool(table[d, s] >= STANDOUT and table[d, s] >= STANDOUT * ref)
 
+    far = None
     out = []
     for name, cells, _ in scored:
         if name.startswith("pp link"):
@@ -232,11 +239,54 @@ def stands_out(
             hit = above(per_link, d, s)
         elif name.startswith("all communication of dp"):
             d, s = cells[0]
-            hit = above(per_worker, d, s)
+            if far is None:
+                far = far_ends(stats, ratio, is_p2p, link)
+            hit = above(per_worker, d, s) and far_end_agrees(far, d, s)
         else:
             hit = False
         out.append(hit and compute_normal(stats, cells))
     return out
+
+
+def far_ends(
+    stats: TraceStats,
+    ratio: npt.NDArray[np.float64],
+    is_p2p: npt.NDArray[np.bool_],
+    link: npt.NDArray[np.int64],
+) -> npt.NDArray[np.float64]:
+    """(dp, pp, 2): per worker, the mean transfer ratio (transfer / type baseline) its partners
+    record for the transfers they make with it: index 0 the stage below's end of the link to it,
+    1 the stage above's (NaN where there is no such link). A P2P row of worker (d, s) on link
+    ``d * pp + l`` has its partner at stage ``2 l + 1 - s`` (the link joins l and l + 1)."""
+    dp, pp = stats.dp, stats.pp
+    rows = np.flatnonzero(is_p2p & (link >= 0))
+    lower = link[rows] % pp  # the link's lower stage
+    own = stats.op_pp[rows].astype(np.int64)
+    partner = 2 * lower + 1 - own
+    # 0: the recording row's worker is the lower end, i.e. below the worker it partners
+    side = (own != lower).astype(np.int64)
+    key = (stats.op_dp[rows].astype(np.int64) * pp + partner) * 2 + side
+    sums = np.bincount(key, weights=ratio[rows], minlength=dp * pp * 2)
+    n = np.bincount(key, minlength=dp * pp * 2)
+    return np.divide(sums, n, out=np.full(dp * pp * 2, np.nan), where=n > 0).reshape(dp, pp, 2)
+
+
+def far_end_agrees(far: npt.NDArray[np.float64], d: int, s: int) -> bool:
+    """Whether the other ends of worker (d, s)'s transfers record them as slow too: on at least one
+    of its links the partner's mean ratio is at least ``FAR_END`` times the median of the same
+    over the other DP ranks (the partners of its stage peers on that link). A slow NIC or link
+    lengthens a transfer as both of its ends record it; when only the worker's own records are
+    long, the time is spent in that process (descheduled on a busy host between posting a transfer
+    and seeing it complete), not on the wire. True with one DP rank (no peers to compare with)."""
+    if far.shape[0] < 2:
+        return True
+    for side in (0, 1):
+        mine = far[d, s, side]
+        peers = np.delete(far[:, s, side], d)
+        peers = peers[np.isfinite(peers)]
+        if np.isfinite(mine) and peers.size and mine >= FAR_END * float(np.median(peers)):
+            return True
+    return False
 
 
 def compute_normal(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:

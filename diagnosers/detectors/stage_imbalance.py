@@ -5,7 +5,11 @@ Evidence, all of which must hold:
 - the stage's put-back S_stage is the largest and its M_S-style ratio (``m_s_by_stage``: idealise
   every op of that stage) is large — the stage is where the slowdown lives;
 - the whole PP row is heavy, not one cell: every DP rank of the stage carries at least half the
-  compute excess of the typical (median) one, measured against the other stages' compute;
+  compute excess of the typical (median) one, measured against the other stages' compute; DP
+  ranks running ``ROW_OUTLIER`` times the rest of the row (a slow machine on the stage) are set
+  aside first, and then the rest must be ``ROW_HEAVY`` heavier on its own — and, on a middle stage
+  the partition gives no more layers, hold at least two DP ranks (one worker's compute is what
+  host contention moves, not a stage's weight);
 - persistent: in at least 3/4 of the steps the row's typical DP rank carries at least half its
   typical excess (a partition is heavy in every step; pauses or data are not);
 - the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
@@ -119,6 +123,18 @@ def _row_outliers(row: np.ndarray) -> np.ndarray:
     return out if not out.all() else np.zeros(len(row), dtype=bool)
 
 
+def _known_heavy(stats: TraceStats, stage: int) -> bool:
+    """Whether a known mechanism can make ``stage`` heavier than the others: it is the first or
+    the last stage (the embedding; the head and the loss), or the job's ``layers_per_stage`` gives
+    it more layers than the median stage."""
+    if stage in (0, stats.pp - 1):
+        return True
+    layers = stats.layers_per_stage
+    if layers is None or len(layers) != stats.pp:
+        return False
+    return bool(layers[stage] > float(np.median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
+
+
 def _heavy_row(
     stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
@@ -138,6 +154,12 @@ def _heavy_row(
     if outliers.any() and row_typical - 1.0 < ROW_HEAVY:
         # Without its slow machine the stage must still be clearly heavy on its own: a machine's
         # waiting peers are not a heavy stage.
+        return None
+    if outliers.any() and len(row) < 2 and not _known_heavy(stats, hot):
+        # With its slow machine set aside, one DP rank is left to show the stage's level: one
+        # worker's compute is what contention on a busy host (or the slow machine's own pull on
+        # it) moves, not a stage's weight. Accepted only where a mechanism makes the stage heavy:
+        # the first or last stage (embedding, head and loss) or more layers in the partition.
         return None
     # Every DP rank of the row carries the excess (at least half the typical rank's), so a single
     # hot cell — or one hot cell among two DP ranks — is not a heavy stage.

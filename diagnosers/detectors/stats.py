@@ -186,7 +186,11 @@ def _launch_idle(
         # the last stage has begun step N. On a shared time axis (absolute timestamps: each step
         # starts later than the one before), count idle time from the worker's own previous end.
         ends = reduce_into(np.maximum, cell, end, size, -np.inf)
-        shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.median(step_end - step_start)))
+        # Each step starts after the previous one has run at least half its own span (a step's span
+        # exceeds the gap to the next start by the pipeline's overlap only), or half the typical
+        # span: judged per step, a step much shorter than the others does not hide the axis.
+        span = step_end - step_start
+        shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.minimum(span[:-1], np.median(span))))
         if shared_axis:
             prev = np.full(size, -np.inf)
             consecutive = np.r_[False, np.diff(steps) == 1]

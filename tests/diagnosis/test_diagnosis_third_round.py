@@ -36,11 +36,14 @@ def test_a_weak_slow_worker_that_sw_names_is_reported_not_silent() -> None:
 
 
 def test_a_launch_gap_in_one_step_of_four_is_a_note_not_a_dataloader_stall() -> None:
-    # healthy 2x3: the first stage's two ranks idle 190 and 343 ms before their first forward in
-    # the last step only (host contention)
+    # healthy 2x3: the first stage's two ranks seemed to idle 190 and 343 ms before their first
+    # forward in the last step only. Since the fourth round (a short step no longer hides the
+    # shared time axis) that gap is known to be their own previous step still running, so no gap
+    # and no note remain; the one-off rule itself is pinned on real stats below.
     d = recordings.diagnose_folder(widened_folder("heldout3", "healthy-2x3"))
     assert all(c.id != CauseId.DATALOADER_STALL for c in d.causes), [c.id for c in d.causes]
-    assert any(n.startswith("one-off launch stall") for n in d.notes), d.notes
+    trace = load_trace([widened_folder("heldout3", "healthy-2x3") / "traces"])
+    assert float(compute_stats(trace).launch_idle[-1, :, 0].max()) < 0.05
 
 
 def test_one_rank_late_once_is_still_a_stall_several_ranks_late_once_are_a_note() -> None:

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 and heldout4 likewise. PART (tune, heldout, heldout2,
-# heldout3, heldout4) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3, heldout4 and heldout5 likewise. PART (tune, heldout,
+# heldout2, heldout3, heldout4, heldout5) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -85,3 +85,21 @@ rec heldout4 send-delay-2x4         --dp 2 --pp 4 --steps 6 --seed 129 --send-de
 rec heldout4 var-seq-4x2            --dp 4 --pp 2 --steps 6 --seed 130 --var-seq --seq 64
 rec heldout4 gc-pause-3x2           --dp 3 --pp 2 --steps 6 --seed 131 --gc-pause
 rec heldout4 dataloader-stall-2x2   --dp 2 --pp 2 --steps 6 --seed 132 --stall-rank 1 --stall-ms 100
+# --- held out, fifth set (recorded and committed before the fourth round of detector changes; diagnosed once, at its end) ---
+rec heldout5 healthy-2x4            --dp 2 --pp 4 --steps 6 --seed 141
+rec heldout5 healthy-3x2            --dp 3 --pp 2 --steps 6 --seed 142
+rec heldout5 healthy-4x2            --dp 4 --pp 2 --steps 6 --seed 143
+rec heldout5 slow-rank-weak-4x2     --dp 4 --pp 2 --steps 6 --seed 144 --slow-rank 5 --slow-ms 3
+rec heldout5 slow-rank-weak-3x2     --dp 3 --pp 2 --steps 6 --seed 145 --slow-rank 2 --slow-ms 4
+rec heldout5 slow-rank-2x4          --dp 2 --pp 4 --steps 6 --seed 146 --slow-rank 1 --slow-ms 12
+rec heldout5 slow-rank-last-4x2     --dp 4 --pp 2 --steps 6 --seed 147 --slow-rank 7 --slow-ms 10
+rec heldout5 slow-rank-2x3          --dp 2 --pp 3 --steps 6 --seed 148 --slow-rank 2 --slow-ms 15
+rec heldout5 onset-2x4              --dp 2 --pp 4 --steps 8 --seed 149 --slow-rank 5 --slow-ms 20 --slow-from-step 5
+rec heldout5 onset-3x2              --dp 3 --pp 2 --steps 8 --seed 150 --slow-rank 0 --slow-ms 15 --slow-from-step 4
+rec heldout5 layers-2x4             --dp 2 --pp 4 --steps 6 --seed 151 --layers-per-stage 1,2,1,1
+rec heldout5 layers-4x2             --dp 4 --pp 2 --steps 6 --seed 152 --layers-per-stage 2,1
+rec heldout5 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 153 --send-delay-rank 0 --send-delay-ms 15
+rec heldout5 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 154 --send-delay-rank 2 --send-delay-ms 12
+rec heldout5 var-seq-2x4            --dp 2 --pp 4 --steps 6 --seed 155 --var-seq --seq 64
+rec heldout5 gc-pause-2x4           --dp 2 --pp 4 --steps 6 --seed 156 --gc-pause
+rec heldout5 dataloader-stall-2x3   --dp 2 --pp 3 --steps 6 --seed 157 --stall-rank 4 --stall-ms 80
