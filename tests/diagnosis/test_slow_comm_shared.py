@@ -20,6 +20,7 @@ from diagnosers.detectors.slow_communication import (
     candidates,
     comm_mask,
     p2p_links,
+    p2p_rows,
     stands_out,
     type_baseline,
 )
@@ -65,6 +66,47 @@ def test_baselines_links_and_candidates_match_the_plain_computation(schedule: Sc
     assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in shared]
     assert all(np.array_equal(a, b) for (_, _, a), (_, _, b) in zip(plain, shared, strict=True))
     assert stands_out(stats, transfer, plain) == stands_out(stats, transfer, shared, base=base, links=links)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_p2p_row_views_match_the_sums_over_every_op(schedule: Schedule, vpp: int) -> None:
+    """The P2P rows' gathered views give, to the bit, the sums the detector made over every op
+    with the other rows masked out (excess zero off communication rows, ratios over all ops)."""
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    is_comm = comm_mask(stats)
+    base = type_baseline(stats, transfer, is_comm)
+    is_p2p, link = p2p_links(stats)
+    view = p2p_rows(stats, transfer, base, (is_p2p, link))
+    n = stats.dp * stats.pp
+    excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
+    ratio = transfer / np.maximum(base, 1e-12)
+    ok = link >= 0
+    on_link = view.link >= 0
+    assert np.array_equal(view.rows, np.flatnonzero(is_p2p))
+    assert np.array_equal(
+        np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=n),
+        np.bincount(link[ok], weights=excess[ok], minlength=n),
+    )
+    assert np.array_equal(
+        np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n),
+        np.bincount(link[ok], weights=ratio[ok], minlength=n),
+    )
+    worker = stats.op_worker
+    assert np.array_equal(
+        np.bincount(view.cell, weights=view.excess, minlength=n),
+        np.bincount(worker[is_p2p], weights=excess[is_p2p], minlength=n),
+    )
+    plain_sum = np.bincount(worker[is_p2p], weights=ratio[is_p2p], minlength=n)
+    assert np.array_equal(view.worker_ratio_sum, plain_sum)
+    assert np.array_equal(view.worker_n, np.bincount(worker[is_p2p], minlength=n))
+    # and the plain per-worker mean, summed one row at a time
+    mean = np.ones(n)
+    for w in np.unique(worker[is_p2p]):
+        mean[w] = np.mean(ratio[is_p2p & (worker == w)])
+    got = np.divide(view.worker_ratio_sum, view.worker_n, out=np.ones(n), where=view.worker_n > 0)
+    assert np.allclose(got, mean, rtol=1e-12, atol=0.0)
 
 
 @pytest.mark.parametrize(("schedule", "vpp"), CASES)
