@@ -32,6 +32,7 @@ a slow link alone removes little although putting it back into the ideal run cos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,7 +115,7 @@ def p2p_rows(
         cell=cell,
         excess=np.clip(t - b, 0.0, None),
         ratio=ratio,
-        worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers),
+        worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
         worker_n=np.bincount(cell, minlength=n_workers),
     )
 
@@ -231,6 +232,21 @@ def candidates(
             mask = with_collectives(is_comm & (d == r) & (p == s), {s})
             out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
     return out
+
+
+Candidates = list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]
+SHARED_CANDIDATES = "slow-communication candidates"
+
+
+def probe_candidates(stats: TraceStats, make: Callable[[], Candidates] | None = None) -> Candidates:
+    """``candidates(stats, stats.probe.original)``, made once per trace statistics and shared
+    (``TraceStats.shared``; never change them): the detector ranks them and the remedy looks its
+    group's mask up again. ``make``: how to make them when not made yet (the detector passes the
+    baselines, links and batch ids it has)."""
+    probe = stats.probe
+    if probe is None:
+        raise ValueError("the candidates' transfer times come from the what-if probe; this has none")
+    return stats.shared(SHARED_CANDIDATES, make or (lambda: candidates(stats, probe.original)))
 
 
 def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
@@ -415,7 +431,9 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     base = type_baseline(stats, probe.original, is_comm)
     view = p2p_rows(stats, probe.original, base, links)
-    scored = candidates(stats, probe.original, base=base, batch=batch, links=links, view=view)
+    scored = probe_candidates(
+        stats, lambda: candidates(stats, probe.original, base=base, batch=batch, links=links, view=view)
+    )
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).

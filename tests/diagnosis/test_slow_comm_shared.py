@@ -132,3 +132,34 @@ def test_member_matches_isin(seed: int) -> None:
     wanted = np.unique(rng.integers(0, 2 + seed * 9, int(rng.integers(0, 6)))).astype(np.int64)
     assert np.array_equal(_member(ids, wanted), (ids >= 0) & np.isin(ids, wanted))
     assert not _member(np.full(4, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)).any()
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_the_remedy_reuses_the_detectors_candidates(
+    schedule: Schedule, vpp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow-communication remedy looks its group up in the candidates the detector made (one
+    computation per diagnosis), and predicts what it predicts from candidates of its own."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.remedies import comm_remedy
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    made: list[int] = []
+    real = slow_communication.candidates
+
+    def counted(*args: object, **kwargs: object) -> object:
+        made.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slow_communication, "candidates", counted)
+    engine = stats.probe.engine
+    assert isinstance(engine, whatif.WhatIfEngine)
+    report = whatif.analyze(engine.trace, engine=engine)
+    match = slow_communication.detect(report, stats)
+    assert match is not None and match.id.value == "slow-communication"
+    shared = comm_remedy(match, stats, stats.probe)
+    assert len(made) == 1
+    own = comm_remedy(match, stats, Probe(engine))  # another probe: candidates of its own
+    assert len(made) == 2
+    assert own == shared
