@@ -401,19 +401,21 @@ def type_baseline(
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
     type, the method's median ideal is itself slow; the lower quartile is not."""
-    out = np.zeros_like(transfer)
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
-    # each type's rows in ascending order, as rows[codes == code] lists them, from one stable
-    # (radix) sort of the codes instead of a scan of every communication row per type
+    # each type's transfer times in ascending row order, as transfer[optype == code] lists them,
+    # from one stable (radix) sort of the codes instead of a scan of every communication row per type
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     starts = np.cumsum(counts) - counts
+    by_type = transfer[rows[order]]
+    # one quartile per type, then one lookup per op (a scatter per type wrote every row again)
+    table = np.zeros(max(len(counts), int(stats.optype.max(initial=-1)) + 1), dtype=transfer.dtype)
     for code in np.flatnonzero(counts):
-        m = rows[order[starts[code] : starts[code] + counts[code]]]
-        out[m] = np.percentile(transfer[m], 25)
-    return out
+        table[code] = np.percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
+    # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
+    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
 
 
 @register(CauseId.SLOW_COMMUNICATION)

@@ -163,3 +163,4 @@ def test_the_remedy_reuses_the_detectors_candidates(
     own = comm_remedy(match, stats, Probe(engine))  # another probe: candidates of its own
     assert len(made) == 2
     assert own == shared
+
