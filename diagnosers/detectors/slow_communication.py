@@ -388,10 +388,14 @@ def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> n
 
 def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
-    the id range (``np.isin`` sorts or hashes every row)."""
-    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 1, dtype=bool)
+    the id range (``np.isin`` sorts or hashes every row). The table has one slot more than the
+    ids need, never set: the id -1 (no link, no batch) reads it as numpy's last element, so the
+    usual ids (-1 and up) take one gather and no clipped copy of every row."""
+    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 2, dtype=bool)
     table[wanted] = True
-    return (ids >= 0) & table[np.maximum(ids, 0)]
+    if ids.size and int(ids.min()) < -1:
+        return (ids >= 0) & table[np.maximum(ids, 0)]
+    return table[ids]
 
 
 def type_baseline(
