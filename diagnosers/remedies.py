@@ -273,11 +273,13 @@ def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
 def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     """Fix the slow link or group: the gain of idealising the transfers of the candidate the
     detector named (``evidence['group']``), or of every communication op when it named none."""
-    from diagnosers.detectors.slow_communication import candidates, comm_mask
+    from diagnosers.detectors.slow_communication import candidates, comm_mask, probe_candidates
 
     group = str(match.evidence.get("group", ""))
     is_comm = comm_mask(stats)
-    mask = next((m for name, _, m in candidates(stats, probe.original) if name == group), is_comm)
+    # the detector's own candidates when this is its probe (made once, not again for the remedy)
+    scored = probe_candidates(stats) if probe is stats.probe else candidates(stats, probe.original)
+    mask = next((m for name, _, m in scored if name == group), is_comm)
     t_after = float(probe.masked_means([mask])[0])
     return Remedy(
         cause_id=match.id.value,

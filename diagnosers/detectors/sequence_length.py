@@ -110,21 +110,24 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     """:func:`microbatch_coherence`, computed (once per trace statistics)."""
     if stats.op_mb is None or not stats.microbatches:
         return 0.0, 0.0
-    mask = ((stats.optype == FWD) | (stats.optype == BWD)) & (stats.op_mb >= 0) & (stats.transfer > 0)
-    if not mask.any():
+    # the measured passes' rows, found once and gathered by index (the forward / backward mask is
+    # the statistics' shared one); the step index is int64 already and is not copied again
+    rows = np.flatnonzero(stats.of_types([FWD, BWD]) & (stats.op_mb >= 0) & (stats.transfer > 0))
+    if not rows.size:
         return 0.0, 0.0
-    si = stats.op_step_index[mask].astype(np.int64)
-    d = stats.op_dp[mask].astype(np.int64)
-    p = stats.op_pp[mask].astype(np.int64)
-    g = stats.op_gmc[mask].astype(np.int64) + 1
-    b = (stats.optype[mask] == BWD).astype(np.int64)
-    mb = stats.op_mb[mask].astype(np.int64)
+    si = stats.op_step_index[rows].astype(np.int64, copy=False)
+    d = stats.op_dp[rows].astype(np.int64)
+    p = stats.op_pp[rows].astype(np.int64)
+    g = stats.op_gmc[rows].astype(np.int64) + 1
+    b = (stats.optype[rows] == BWD).astype(np.int64)
+    mb = stats.op_mb[rows].astype(np.int64)
     n_g = int(g.max()) + 1
     col = (p * n_g + g) * 2 + b
     n_col = int(col.max()) + 1
-    row = (si * stats.dp + d) * (int(mb.max()) + 1) + mb
-    v = np.log(stats.transfer[mask])
-    group = ((si * stats.dp + d) * n_col + col)
+    worker_step = si * stats.dp + d
+    row = worker_step * (int(mb.max()) + 1) + mb
+    v = np.log(stats.transfer[rows])
+    group = worker_step * n_col + col
     # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
     v = v - _group_median(group, v)
     # np.unique's inverses by a presence table (the ids are dense small integers)

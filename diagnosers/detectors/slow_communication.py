@@ -34,6 +34,9 @@ a slow link alone removes little although putting it back into the ideal run cos
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -77,6 +80,52 @@ def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
     return stats.of_types(COMM_CODES.tolist())
 
 
+@dataclass(frozen=True)
+class P2PRows:
+    """The point-to-point rows' per-row views that :func:`candidates` and :func:`stands_out` both
+    read, gathered once from the P2P rows instead of computed over every op and masked.
+
+    ``rows``: the op rows of P2P transfers, ascending; ``link``: their PP link id (``p2p_links``,
+    -1 for a transfer off the pipeline's links); ``cell``: their flat worker; ``excess``: transfer
+    time over the type baseline, clipped at 0; ``ratio``: transfer time over the type baseline
+    (floored at 1e-12 s); ``worker_ratio_sum`` / ``worker_n``: the ratios summed and counted per
+    flat worker. Every sum runs over the rows in ascending order, as a bincount over all ops
+    masked to these rows does, so the sums are the same to the bit."""
+
+    rows: npt.NDArray[np.int64]
+    link: npt.NDArray[np.int64]
+    cell: npt.NDArray[np.int32]
+    excess: npt.NDArray[np.float64]
+    ratio: npt.NDArray[np.float64]
+    worker_ratio_sum: npt.NDArray[np.float64]
+    worker_n: npt.NDArray[np.int64]
+
+
+def p2p_rows(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    base: npt.NDArray[np.float64],
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]],
+) -> P2PRows:
+    """The :class:`P2PRows` of ``transfer`` against its type baselines ``base`` (``type_baseline``)
+    over the P2P rows and links of ``links`` (``p2p_links``)."""
+    is_p2p, link = links
+    rows = np.flatnonzero(is_p2p)
+    cell = stats.op_worker[rows]
+    t, b = transfer[rows], base[rows]
+    ratio = t / np.maximum(b, 1e-12)
+    n_workers = stats.dp * stats.pp
+    return P2PRows(
+        rows=rows,
+        link=link[rows],
+        cell=cell,
+        excess=np.clip(t - b, 0.0, None),
+        ratio=ratio,
+        worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
+        worker_n=np.bincount(cell, minlength=n_workers),
+    )
+
+
 def candidates(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
@@ -84,48 +133,51 @@ def candidates(
     base: npt.NDArray[np.float64] | None = None,
     batch: npt.NDArray[np.int64] | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    view: P2PRows | None = None,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
 
     Excess is summed per candidate with bincount; masks are built only for the ones kept, so the
     cost stays linear in the number of ops for any grid size. ``base`` (``type_baseline`` of
-    ``transfer``), ``batch`` (``batch_ids`` of the P2P rows) and ``links`` (``p2p_links``) may be
-    passed in when the caller has them already.
+    ``transfer``), ``batch`` (``batch_ids`` of the P2P rows), ``links`` (``p2p_links``) and
+    ``view`` (``p2p_rows`` of those) may be passed in when the caller has them already.
     """
     o, d, p = stats.optype, stats.op_dp, stats.op_pp
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
     if base is None:
         base = type_baseline(stats, transfer, is_comm)
-    excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
+    is_p2p, link = p2p_links(stats) if links is None else links
+    if view is None:
+        view = p2p_rows(stats, transfer, base, (is_p2p, link))
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
-    is_p2p, link = p2p_links(stats) if links is None else links
-    ok = link >= 0
-    per_link = np.bincount(link[ok], weights=excess[ok], minlength=dp * pp)
+    on_link = view.link >= 0
+    per_link = np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=dp * pp)
     scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
     is_dp = stats.of_types(DP_CODES.tolist())
+    # excess over the baseline per DP collective row (every one a communication row)
+    dp_stage_excess = (
+        np.bincount(p[is_dp], weights=np.clip(transfer[is_dp] - base[is_dp], 0.0, None), minlength=pp)
+        if dp > 1
+        else np.zeros(pp)
+    )
     if dp > 1:
-        per_stage = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp)
-        scored += [(float(v), "dp", int(i)) for i, v in enumerate(per_stage) if v > 0]
+        scored += [(float(v), "dp", int(i)) for i, v in enumerate(dp_stage_excess) if v > 0]
     # Each DP replica's embedding all-reduce group (its first and last stage tie the embeddings).
     is_emb = o == EMB
     if is_emb.any() and pp > 1:
-        per_replica = np.bincount(d[is_emb], weights=excess[is_emb], minlength=dp)
+        emb_excess = np.clip(transfer[is_emb] - base[is_emb], 0.0, None)
+        per_replica = np.bincount(d[is_emb], weights=emb_excess, minlength=dp)
         scored += [(float(v), "emb", int(i) * pp) for i, v in enumerate(per_replica) if v > 0]
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
-    rows = np.flatnonzero(is_p2p)  # the P2P rows, gathered once for the three sums
-    cell_p2p = stats.op_worker[rows]
-    p2p_sum = np.bincount(cell_p2p, weights=excess[rows], minlength=dp * pp)
-    p2p_n = np.bincount(cell_p2p, minlength=dp * pp)
+    p2p_sum = np.bincount(view.cell, weights=view.excess, minlength=dp * pp)
+    p2p_n = view.worker_n
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
-    ratio_sum = np.bincount(
-        cell_p2p, weights=transfer[rows] / np.maximum(base[rows], 1e-12), minlength=dp * pp
-    )
-    p2p_ratio = np.divide(ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
+    p2p_ratio = np.divide(view.worker_ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
     host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
@@ -150,7 +202,6 @@ def candidates(
             host_stands_out |= members
     single = elevated & above_peers & ~host_stands_out
     scored += [(float(p2p_sum[i]), "worker", int(i)) for i in np.flatnonzero(single)]
-    dp_stage_excess = np.bincount(p[is_dp], weights=excess[is_dp], minlength=pp) if dp > 1 else np.zeros(pp)
     dp_slow = dp_stage_excess > 0
 
     if batch is None:
@@ -160,7 +211,8 @@ def candidates(
         # Fixing a member's NIC also fixes the collectives it slows down, for every member, and both
         # ends of its point-to-point transfers (the peer's half of each pair is as slow).
         extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
-        touched = np.unique(link[mask & ok])
+        own = link[mask]
+        touched = np.unique(own[own >= 0])
         return with_batches(mask | extra | _member(link, touched), batch)
 
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
@@ -188,6 +240,21 @@ def candidates(
     return out
 
 
+Candidates = list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]
+SHARED_CANDIDATES = "slow-communication candidates"
+
+
+def probe_candidates(stats: TraceStats, make: Callable[[], Candidates] | None = None) -> Candidates:
+    """``candidates(stats, stats.probe.original)``, made once per trace statistics and shared
+    (``TraceStats.shared``; never change them): the detector ranks them and the remedy looks its
+    group's mask up again. ``make``: how to make them when not made yet (the detector passes the
+    baselines, links and batch ids it has)."""
+    probe = stats.probe
+    if probe is None:
+        raise ValueError("the candidates' transfer times come from the what-if probe; this has none")
+    return stats.shared(SHARED_CANDIDATES, make or (lambda: candidates(stats, probe.original)))
+
+
 def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
@@ -204,6 +271,7 @@ def stands_out(
     scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
     base: npt.NDArray[np.float64] | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    view: P2PRows | None = None,
 ) -> list[bool]:
     """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
 
@@ -212,18 +280,16 @@ def stands_out(
     DP ranks' links between the same two stages. A worker: the same over its P2P transfers against
     its stage peers (``candidates`` admits only such workers). Either way every end's own compute is
     normal (``compute_normal``). Hosts, DP and embedding groups: False."""
-    is_p2p, link = p2p_links(stats) if links is None else links
-    if base is None:
-        base = type_baseline(stats, transfer, comm_mask(stats))
-    ratio = transfer / np.maximum(base, 1e-12)
-    ok = link >= 0
+    if view is None:
+        if base is None:
+            base = type_baseline(stats, transfer, comm_mask(stats))
+        view = p2p_rows(stats, transfer, base, p2p_links(stats) if links is None else links)
+    on_link = view.link >= 0
     n_links = stats.dp * stats.pp
-    sums = np.bincount(link[ok], weights=ratio[ok], minlength=n_links)
-    counts = np.bincount(link[ok], minlength=n_links)
+    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n_links)
+    counts = np.bincount(view.link[on_link], minlength=n_links)
     per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
-    cell = stats.op_worker
-    wsum = np.bincount(cell[is_p2p], weights=ratio[is_p2p], minlength=n_links)
-    wn = np.bincount(cell[is_p2p], minlength=n_links)
+    wsum, wn = view.worker_ratio_sum, view.worker_n
     per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
 
     def above(table: npt.NDArray[np.float64], d: int, s: int) -> bool:
@@ -372,10 +438,14 @@ def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> n
 
 def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
-    the id range (``np.isin`` sorts or hashes every row)."""
-    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 1, dtype=bool)
+    the id range (``np.isin`` sorts or hashes every row). The table has one slot more than the
+    ids need, never set: the id -1 (no link, no batch) reads it as numpy's last element, so the
+    usual ids (-1 and up) take one gather and no clipped copy of every row."""
+    table = np.zeros(int(max(ids.max(initial=0), wanted.max(initial=0))) + 2, dtype=bool)
     table[wanted] = True
-    return (ids >= 0) & table[np.maximum(ids, 0)]
+    if ids.size and int(ids.min()) < -1:
+        return (ids >= 0) & table[np.maximum(ids, 0)]
+    return table[ids]
 
 
 def type_baseline(
@@ -385,19 +455,21 @@ def type_baseline(
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
     type, the method's median ideal is itself slow; the lower quartile is not."""
-    out = np.zeros_like(transfer)
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
-    # each type's rows in ascending order, as rows[codes == code] lists them, from one stable
-    # (radix) sort of the codes instead of a scan of every communication row per type
+    # each type's transfer times in ascending row order, as transfer[optype == code] lists them,
+    # from one stable (radix) sort of the codes instead of a scan of every communication row per type
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     starts = np.cumsum(counts) - counts
+    by_type = transfer[rows[order]]
+    # one quartile per type, then one lookup per op (a scatter per type wrote every row again)
+    table = np.zeros(max(len(counts), int(stats.optype.max(initial=-1)) + 1), dtype=transfer.dtype)
     for code in np.flatnonzero(counts):
-        m = rows[order[starts[code] : starts[code] + counts[code]]]
-        out[m] = np.percentile(transfer[m], 25)
-    return out
+        table[code] = np.percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
+    # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
+    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
 
 
 @register(CauseId.SLOW_COMMUNICATION)
@@ -414,11 +486,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     base = type_baseline(stats, probe.original, is_comm)
-    scored = candidates(stats, probe.original, base=base, batch=batch, links=links)
+    view = p2p_rows(stats, probe.original, base, links)
+    scored = probe_candidates(
+        stats, lambda: candidates(stats, probe.original, base=base, batch=batch, links=links, view=view)
+    )
     standout = [False] * len(scored)
     if batched and scored:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
-        standout = stands_out(stats, probe.original, scored, base=base, links=links)
+        standout = stands_out(stats, probe.original, scored, base=base, links=links, view=view)
     picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
     # All communication, all compute, every candidate and the put-back view of each candidate
     # that stands out in one batch of what-if runs (each scenario's step times do not depend on

@@ -343,8 +343,11 @@ def _stage_correlations(
 
     The rows of each stage are found once, by a stable sort on the stage (ascending rows within
     a stage, so the values come in the order ``a[(stage == s) & keep]`` gives them) instead of
-    a boolean scan of every row per stage and array."""
-    order = np.argsort(stage, kind="stable")
+    a boolean scan of every row per stage and array. Stage ids that fit 16 bits are sorted as
+    such: numpy's stable sort of 16-bit integers is a radix sort (linear), of int64 a merge sort,
+    and a stable sort has only one result."""
+    small = len(stage) > 0 and int(stage.min()) >= 0 and int(stage.max()) < 1 << 16
+    order = np.argsort(stage.astype(np.uint16) if small else stage, kind="stable")
     bounds = np.searchsorted(stage[order], np.arange(pp + 1))
     out: tuple[dict[int, float], ...] = tuple({} for _ in pairs)
     for s in range(pp):

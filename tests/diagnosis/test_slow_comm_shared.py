@@ -20,6 +20,7 @@ from diagnosers.detectors.slow_communication import (
     candidates,
     comm_mask,
     p2p_links,
+    p2p_rows,
     stands_out,
     type_baseline,
 )
@@ -68,6 +69,47 @@ def test_baselines_links_and_candidates_match_the_plain_computation(schedule: Sc
 
 
 @pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_p2p_row_views_match_the_sums_over_every_op(schedule: Schedule, vpp: int) -> None:
+    """The P2P rows' gathered views give, to the bit, the sums the detector made over every op
+    with the other rows masked out (excess zero off communication rows, ratios over all ops)."""
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    is_comm = comm_mask(stats)
+    base = type_baseline(stats, transfer, is_comm)
+    is_p2p, link = p2p_links(stats)
+    view = p2p_rows(stats, transfer, base, (is_p2p, link))
+    n = stats.dp * stats.pp
+    excess = np.where(is_comm, np.clip(transfer - base, 0.0, None), 0.0)
+    ratio = transfer / np.maximum(base, 1e-12)
+    ok = link >= 0
+    on_link = view.link >= 0
+    assert np.array_equal(view.rows, np.flatnonzero(is_p2p))
+    assert np.array_equal(
+        np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=n),
+        np.bincount(link[ok], weights=excess[ok], minlength=n),
+    )
+    assert np.array_equal(
+        np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n),
+        np.bincount(link[ok], weights=ratio[ok], minlength=n),
+    )
+    worker = stats.op_worker
+    assert np.array_equal(
+        np.bincount(view.cell, weights=view.excess, minlength=n),
+        np.bincount(worker[is_p2p], weights=excess[is_p2p], minlength=n),
+    )
+    plain_sum = np.bincount(worker[is_p2p], weights=ratio[is_p2p], minlength=n)
+    assert np.array_equal(view.worker_ratio_sum, plain_sum)
+    assert np.array_equal(view.worker_n, np.bincount(worker[is_p2p], minlength=n))
+    # and the plain per-worker mean, summed one row at a time
+    mean = np.ones(n)
+    for w in np.unique(worker[is_p2p]):
+        mean[w] = np.mean(ratio[is_p2p & (worker == w)])
+    got = np.divide(view.worker_ratio_sum, view.worker_n, out=np.ones(n), where=view.worker_n > 0)
+    assert np.allclose(got, mean, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
 @pytest.mark.parametrize("batched", [False, True])
 def test_one_batch_of_runs_matches_separate_batches(schedule: Schedule, vpp: int, batched: bool) -> None:
     stats = _stats(schedule, vpp)
@@ -86,7 +128,40 @@ def test_one_batch_of_runs_matches_separate_batches(schedule: Schedule, vpp: int
 @pytest.mark.parametrize("seed", range(12))
 def test_member_matches_isin(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    ids = rng.integers(-1, 1 + seed * 7, int(rng.integers(0, 300))).astype(np.int64)
+    low = -1 if seed % 3 else -4  # ids below -1 take the clipped lookup
+    ids = rng.integers(low, 1 + seed * 7, int(rng.integers(0, 300))).astype(np.int64)
     wanted = np.unique(rng.integers(0, 2 + seed * 9, int(rng.integers(0, 6)))).astype(np.int64)
     assert np.array_equal(_member(ids, wanted), (ids >= 0) & np.isin(ids, wanted))
     assert not _member(np.full(4, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)).any()
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_the_remedy_reuses_the_detectors_candidates(
+    schedule: Schedule, vpp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow-communication remedy looks its group up in the candidates the detector made (one
+    computation per diagnosis), and predicts what it predicts from candidates of its own."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.remedies import comm_remedy
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    made: list[int] = []
+    real = slow_communication.candidates
+
+    def counted(*args: object, **kwargs: object) -> object:
+        made.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slow_communication, "candidates", counted)
+    engine = stats.probe.engine
+    assert isinstance(engine, whatif.WhatIfEngine)
+    report = whatif.analyze(engine.trace, engine=engine)
+    match = slow_communication.detect(report, stats)
+    assert match is not None and match.id.value == "slow-communication"
+    shared = comm_remedy(match, stats, stats.probe)
+    assert len(made) == 1
+    own = comm_remedy(match, stats, Probe(engine))  # another probe: candidates of its own
+    assert len(made) == 2
+    assert own == shared
+

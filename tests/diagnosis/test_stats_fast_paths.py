@@ -32,10 +32,12 @@ def test_rank_of_is_the_last_write_of_every_row(blocks: bool) -> None:
     assert np.array_equal(_rank_of(worker[:0], rank[:0], dp, pp), np.full((dp, pp), -1))
 
 
-def test_stage_correlations_match_one_mask_per_stage() -> None:
+@pytest.mark.parametrize("low", [-1, 0])
+def test_stage_correlations_match_one_mask_per_stage(low: int) -> None:
     rng = np.random.default_rng(7)
     pp, n = 6, 3000
-    stage = rng.integers(-1, pp + 1, n).astype(np.int64)  # out-of-range stages are ignored
+    # out-of-range stages are ignored; with every id in 0..65535 the stages sort as 16-bit ids
+    stage = rng.integers(low, pp + 1, n).astype(np.int64)
     stage[stage == 4] = 2  # stage 4 empty
     keep = rng.random(n) < 0.8
     keep[stage == 5] = False
