@@ -306,7 +306,7 @@ def stands_out(
         elif name.startswith("all communication of dp"):
             d, s = cells[0]
             if far is None:
-                far = far_ends(stats, ratio, is_p2p, link)
+                far = far_ends(stats, view)
             hit = above(per_worker, d, s) and far_end_agrees(far, d, s)
         else:
             hit = False
@@ -314,25 +314,22 @@ def stands_out(
     return out
 
 
-def far_ends(
-    stats: TraceStats,
-    ratio: npt.NDArray[np.float64],
-    is_p2p: npt.NDArray[np.bool_],
-    link: npt.NDArray[np.int64],
-) -> npt.NDArray[np.float64]:
+def far_ends(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.float64]:
     """(dp, pp, 2): per worker, the mean transfer ratio (transfer / type baseline) its partners
     record for the transfers they make with it: index 0 the stage below's end of the link to it,
     1 the stage above's (NaN where there is no such link). A P2P row of worker (d, s) on link
-    ``d * pp + l`` has its partner at stage ``2 l + 1 - s`` (the link joins l and l + 1)."""
+    ``d * pp + l`` has its partner at stage ``2 l + 1 - s`` (the link joins l and l + 1).
+    Reads the P2P rows' gathered view (:class:`P2PRows`): the rows on a link, in ascending order."""
     dp, pp = stats.dp, stats.pp
-    rows = np.flatnonzero(is_p2p & (link >= 0))
-    lower = link[rows] % pp  # the link's lower stage
+    on_link = view.link >= 0
+    rows, link = view.rows[on_link], view.link[on_link]
+    lower = link % pp  # the link's lower stage
     own = stats.op_pp[rows].astype(np.int64)
     partner = 2 * lower + 1 - own
     # 0: the recording row's worker is the lower end, i.e. below the worker it partners
     side = (own != lower).astype(np.int64)
     key = (stats.op_dp[rows].astype(np.int64) * pp + partner) * 2 + side
-    sums = np.bincount(key, weights=ratio[rows], minlength=dp * pp * 2)
+    sums = np.bincount(key, weights=view.ratio[on_link], minlength=dp * pp * 2)
     n = np.bincount(key, minlength=dp * pp * 2)
     return np.divide(sums, n, out=np.full(dp * pp * 2, np.nan), where=n > 0).reshape(dp, pp, 2)
 

@@ -40,7 +40,8 @@ def test_far_ends_match_a_plain_loop_over_transfers() -> None:
     base = slow_communication.type_baseline(stats, transfer, slow_communication.comm_mask(stats))
     ratio = transfer / np.maximum(base, 1e-12)
     is_p2p, link = slow_communication.p2p_links(stats)
-    got = slow_communication.far_ends(stats, ratio, is_p2p, link)
+    view = slow_communication.p2p_rows(stats, transfer, base, (is_p2p, link))
+    got = slow_communication.far_ends(stats, view)
     dp, pp = stats.dp, stats.pp
     for d in range(dp):
         for s in range(pp):
