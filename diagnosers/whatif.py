@@ -259,10 +259,15 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     launch = np.empty_like(start)
     for v in range(t.n_nodes):
         dv = t.deps[v]
-        if dv:
-            launch[v] = start[v] - end[dv].max(axis=0)
-        else:
+        if not dv:
             launch[v] = start[v]
+            continue
+        # the latest end over the dependencies pairwise: most nodes have one or two, and a fancy
+        # index over them would copy every dependency's (dp, steps) ends first
+        latest = end[dv[0]]
+        for u in dv[1:]:
+            latest = np.maximum(latest, end[u])
+        np.subtract(start[v], latest, out=launch[v])
     launch[launch <= -CLAMP_NEG] = 0.0
 
     ideal_node = np.empty(t.n_nodes)
