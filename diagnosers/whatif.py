@@ -482,6 +482,48 @@ def _subset_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> tuple[flo
     return float(times[0].mean()), float(times[1].mean())
 
 
+@dataclass
+class _WholeJobRuns:
+    """Step times of the scenarios over every DP rank that need no per-worker estimate, from one
+    pass: each op-type group put back into the ideal run (``type_keys`` order), then each stage
+    (``put_back``, (groups + pp, S)); each stage idealised in the baseline (``stage_idealised``,
+    (pp, S))."""
+
+    type_keys: list[str]
+    put_back: Array
+    stage_idealised: Array
+
+
+def _whole_job_runs(eng: WhatIfEngine) -> _WholeJobRuns:
+    """One pass for the ideal run, the baseline (T_s; both kept on the engine), the put-backs by
+    op-type group and by stage and M_S's stage idealisations: every one of them gives each node
+    either its original or its ideal durations, so they differ only in a boolean per (node,
+    scenario), and one pass costs the node-by-node walk once instead of four times. Each
+    scenario's numbers are those of its own pass (the same sums and maxima per element)."""
+    t = eng.template
+    pp = t.pp
+    node_types = sorted(set(t.optype.tolist()))
+    keys = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
+    k_opt = len(keys)
+    # per (node, scenario): whether the node keeps its original durations (else its ideal ones)
+    use_orig = np.zeros((t.n_nodes, 2 + k_opt + 2 * pp), dtype=bool)
+    use_orig[:, 1] = True  # scenario 0: the ideal run; 1: the baseline
+    for i, key in enumerate(keys):
+        members = [o for o in node_types if optype_group_of(OPTYPES[o]) == key]
+        use_orig[np.isin(t.optype, members), 2 + i] = True
+    for s in range(pp):
+        on_stage = t.stage == s
+        use_orig[on_stage, 2 + k_opt + s] = True
+        use_orig[~on_stage, 2 + k_opt + pp + s] = True
+    ideal3 = eng.ideal_node[:, None, None]
+    times = eng.simulate_dense(mixed_source(ideal3, eng.orig_dense, use_orig), use_orig.shape[1])
+    if eng._ideal is None:
+        eng._ideal = float(times[0, 0])
+    if eng._nodelay is None:
+        eng._nodelay = times[1]
+    return _WholeJobRuns(keys, times[2 : 2 + k_opt + pp], times[2 + k_opt + pp :])
+
+
 def analyze(
     trace: Trace,
     *,
@@ -526,7 +568,8 @@ def report_json(
     dp, ns = eng.shape
     pp = t.pp
     notes = list(trace.notes) + list(eng.notes)
-    tick(0.2, "simulating baseline and ideal")
+    tick(0.2, "simulating baseline, ideal, put-backs by op type and by stage")
+    whole = _whole_job_runs(eng)
     t_nd = eng.nodelay_step_times
     t_id = eng.ideal_step_time
     if t_id <= 0:
@@ -548,26 +591,18 @@ def report_json(
     first = np.stack([eng.start_dense[t.stage == s].min(axis=0) for s in range(pp)])  # (pp, dp, S)
     gap = first.mean(axis=(0, 1))
 
-    # --- put-backs: by op type and by stage (whole nodes), by DP rank (one rank restored)
+    # --- put-backs: by op type and by stage (whole nodes, from the pass above), by DP rank (one
+    # rank restored)
     tick(0.3, "attributing by op type and stage")
-    ideal3 = eng.ideal_node[:, None, None]
-    node_types = sorted(set(t.optype.tolist()))
-    present = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
-    groups_of_key = {key: [o for o in node_types if optype_group_of(OPTYPES[o]) == key] for key in present}
+    present = whole.type_keys
     k_opt = len(present)
-    mask = np.zeros((t.n_nodes, k_opt + pp), dtype=bool)
-    for i, key in enumerate(present):
-        mask[np.isin(t.optype, groups_of_key[key]), i] = True
-    for s in range(pp):
-        mask[t.stage == s, k_opt + s] = True
-    times = eng.simulate_dense(mixed_source(ideal3, eng.orig_dense, mask), k_opt + pp)
-    job_r, step_r = _ratios(times, t_id)
+    job_r, step_r = _ratios(whole.put_back, t_id)
     by_optype = {key: float(job_r[i]) for i, key in enumerate(present)}
     stage_keys = [str(s) for s in range(pp)]
     by_stage = {str(s): float(job_r[k_opt + s]) for s in range(pp)}
     by_optype_ps = _per_step(steps, present, step_r[:k_opt])
     by_stage_ps = _per_step(steps, stage_keys, step_r[k_opt:])
-    t_add_stage = times[k_opt:].mean(axis=1)
+    t_add_stage = whole.put_back[k_opt:].mean(axis=1)
 
     tick(0.45, "attributing by DP rank")
     orig = eng.orig_dense
@@ -620,10 +655,7 @@ def report_json(
     slowest = ranked[:n_fix]
     t_rem, t_add = _subset_runs(eng, slowest)
     m_w = _ratio_metric(mean_nd, t_id, t_rem, t_add, slowest)
-    rem_mask = np.zeros((t.n_nodes, pp), dtype=bool)
-    for s in range(pp):
-        rem_mask[t.stage == s, s] = True
-    rem_times = eng.simulate_dense(mixed_source(eng.orig_dense, ideal3, rem_mask), pp)
+    rem_times = whole.stage_idealised
     m_s_by_stage = {
         str(s): _ratio_metric(
             mean_nd, t_id, float(rem_times[s].mean()), float(t_add_stage[s]), [(d, s) for d in range(dp)]
