@@ -420,10 +420,12 @@ def _ratio_metric(
 
 
 MAX_COLUMNS = 1 << 18  # scenario x dp x step cells per array in one pass (2 MiB of float64)
+ALL_STAGES = -1  # a ``_worker_runs`` "worker" (dp rank, ALL_STAGES): that whole DP rank
 
 
 def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
-    """Step times (len(workers), S) with only one worker's ops put back into the ideal run.
+    """Step times (len(workers), S) with only one worker's ops put back into the ideal run (a
+    worker ``(d, ALL_STAGES)``: every stage of DP rank d, the by-DP-rank put-back).
 
     One scenario per worker. Within a scenario every DP rank but the worker's runs the ideal, so the
     other ranks are simulated as one representative rank (two DP columns instead of dp). Scenarios
@@ -440,7 +442,7 @@ def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
         k = len(block)
         w_dp = np.array([w[0] for w in block])
         w_st = np.array([w[1] for w in block])
-        by_stage = {s: np.flatnonzero(w_st == s) for s in range(t.pp)}
+        by_stage = {s: np.flatnonzero((w_st == s) | (w_st == ALL_STAGES)) for s in range(t.pp)}
 
         def src(
             v: int,
@@ -565,7 +567,7 @@ def report_json(
     eng = engine or build_engine(trace)
     t = eng.template
     steps = eng.steps
-    dp, ns = eng.shape
+    dp = t.dp
     pp = t.pp
     notes = list(trace.notes) + list(eng.notes)
     tick(0.2, "simulating baseline, ideal, put-backs by op type and by stage")
@@ -604,16 +606,14 @@ def report_json(
     by_stage_ps = _per_step(steps, stage_keys, step_r[k_opt:])
     t_add_stage = whole.put_back[k_opt:].mean(axis=1)
 
-    tick(0.45, "attributing by DP rank")
-    orig = eng.orig_dense
-    dcol = 2 if dp > 1 else 1
-
-    def dp_src(v: int) -> Array:
-        out = np.full((dp, dcol, ns), eng.ideal_node[v])
-        out[:, 0, :] = orig[v]
-        return out
-
-    times_dp = eng.simulate_dense(dp_src, dp, dp=dcol)
+    tick(0.45, "attributing by DP rank and per worker")
+    # a DP rank's put-back and a worker's exact run both put one DP rank's ops (all its stages, or
+    # one stage's) back into the ideal run: when every worker runs exactly, one pass serves both
+    all_workers = [(d, s) for s in range(pp) for d in range(dp)]
+    every_worker = exact_top_k is None
+    whole_ranks = [(d, ALL_STAGES) for d in range(dp)]
+    rank_runs = _worker_runs(eng, whole_ranks + (all_workers if every_worker else []))
+    times_dp = rank_runs[:dp]
     job_dp, step_dp = _ratios(times_dp, t_id)
     dp_keys = [str(d) for d in range(dp)]
     by_dp = {str(d): float(job_dp[d]) for d in range(dp)}
@@ -624,12 +624,14 @@ def report_json(
     ranks = np.full((dp, pp), -1, dtype=np.int64)
     ranks[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
     estimate = np.minimum(job_dp[:, None], job_r[k_opt:][None, :])  # (dp, pp)
-    all_workers = [(d, s) for s in range(pp) for d in range(dp)]
     # the artifact ranks by score, ties to the lower global rank
     ranked = sorted(all_workers, key=lambda w: (-estimate[w], ranks[w]))
     exact_set = ranked if exact_top_k is None else ranked[: max(0, exact_top_k)]
     exact: dict[tuple[int, int], float] = {}
-    if exact_set:
+    if every_worker:
+        for w, row in zip(all_workers, rank_runs[dp:].mean(axis=1) / t_id, strict=True):
+            exact[w] = float(row)
+    elif exact_set:
         ex_times = _worker_runs(eng, exact_set)
         for w, row in zip(exact_set, ex_times.mean(axis=1) / t_id, strict=True):
             exact[w] = float(row)
