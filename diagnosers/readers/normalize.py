@@ -589,22 +589,26 @@ def _in_step_blocks(step_idx: npt.NDArray[np.integer[Any]], runs: int, counts: n
     return runs == int(np.count_nonzero(counts.sum(axis=3)))
 
 
+_CHUNK = 1 << 20  # rows per slice of the row-sized checks: bounded temporaries (8 MiB of int64)
+
+
 def _seq_ids_unique(
     seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.intp], counts: npt.NDArray[np.int64]
 ) -> bool:
     """Within each (stage, step, dp rank, op type) cell of c ops the seq_ids are exactly 0..c-1,
     checked without a sort: each row claims slot ``offset[cell] + seq_id`` of one per-row table.
-    False sends the rows to the sorting path, which names a duplicate."""
-    if len(seq_id) == 0:
-        return True
+    False sends the rows to the sorting path, which names a duplicate. The slots are computed a
+    slice of rows at a time, so the check holds no row-sized index besides ``cell``."""
     flat = counts.reshape(-1)
-    slot = flat[cell]  # per row: its cell's op count
-    if int(seq_id.min()) < 0 or bool((seq_id >= slot).any()):
-        return False
-    np.take(np.cumsum(flat) - flat, cell, out=slot)  # per row: its cell's first slot (same memory)
-    slot += seq_id
+    first = np.cumsum(flat) - flat  # per cell: its first slot
     seen = np.zeros(len(seq_id), dtype=bool)
-    seen[slot] = True
+    for lo in range(0, len(seq_id), _CHUNK):
+        c, q = cell[lo : lo + _CHUNK], seq_id[lo : lo + _CHUNK]
+        if int(q.min()) < 0 or bool((q >= flat[c]).any()):
+            return False
+        slot = first[c]
+        slot += q
+        seen[slot] = True
     return bool(seen.all())
 
 
