@@ -203,3 +203,28 @@ def test_seq_id_slots_match_a_per_cell_check() -> None:
         counts = np.bincount(cell, minlength=n_cells).astype(np.int64)
         want = all(sorted(seq[cell == c].tolist()) == list(range(int(counts[c]))) for c in range(n_cells))
         assert _seq_ids_unique(seq, cell, counts) == want
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("probe", [50, 2_000, 10**9])
+def test_causality_probe_of_the_head_gives_the_full_answer(
+    backwards: bool, probe: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The causality note looks at the first rows before all of them: the same note (or none) as
+    matching every pair, for a trace whose pairs run forwards and one whose every recv was moved
+    to end before its send starts (the note fires)."""
+    from diagnosers.model import OPTYPE_CODE
+    from diagnosers.readers import ReadOptions, load_trace, validate
+
+    trace = load_trace([artifact_trace("ST")], ReadOptions())
+    if backwards:  # each recv ends well before any send of the trace starts
+        ops = trace.ops
+        recv = np.isin(ops.optype, [OPTYPE_CODE["forward-recv"], OPTYPE_CODE["backward-recv"]])
+        ops.start_ts = np.where(recv, ops.start_ts.min() - 10.0 - ops.duration, ops.start_ts)
+    want = validate._p2p_pairs(trace, len(trace.ops))
+    assert want[0] > 0
+    monkeypatch.setattr(validate, "_CAUSALITY_PROBE", probe)
+    note = validate.causality_note(trace)
+    assert (note is not None) == (want[0] == want[1]) == backwards
+    if note is not None:
+        assert f"in all {want[0]} matched" in note
