@@ -259,7 +259,7 @@ def normalize(
 
     first_code, second_code, aliased = _code_tables(cats, inv, rank, step, source, strict_names, notes)
     split = bool((second_code >= 0).any())
-    codes = first_code[inv]
+    codes = _lookup(first_code, inv)
     # rows: which raw row each output row comes from; None while that is the identity (nothing
     # dropped, nothing split), so no column is gathered for nothing
     rows: npt.NDArray[np.int64] | None = None
@@ -312,7 +312,7 @@ def normalize(
         else np.where(is_compute, mc * meta.pp + stage, -1).astype(np.int32, copy=False)
     )
 
-    cols = {
+    cols: dict[str, npt.NDArray[Any]] = {
         "dp_rank": dp_rank, "stage": stage, "rank": rank, "step": step, "optype": codes,
         "start_ts": start_ts, "duration": duration, "seq_id": seq_id, "mc": mc, "gmc": gmc, "mb_id": mb_id,
     }  # fmt: skip
@@ -346,6 +346,27 @@ def _categories(
     return [str(u) for u in uniq], inv.reshape(-1)
 
 
+_SLICE = 1 << 20  # rows per slice of a row-sized lookup or count: bounded index temporaries
+
+
+def _lookup(table: npt.NDArray[Any], idx: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]:
+    """``table[idx]`` a slice of rows at a time: numpy widens a narrow index (the int8 op-name
+    codes) to its own index type before a gather, which for every row at once is a row-sized
+    int64 temporary."""
+    out = np.empty(len(idx), dtype=table.dtype)
+    for lo in range(0, len(idx), _SLICE):
+        out[lo : lo + _SLICE] = table[idx[lo : lo + _SLICE]]
+    return out
+
+
+def _counts(idx: npt.NDArray[np.integer[Any]], n: int) -> npt.NDArray[np.int64]:
+    """``np.bincount(idx, minlength=n)`` a slice of rows at a time (see ``_lookup``)."""
+    out = np.zeros(n, dtype=np.int64)
+    for lo in range(0, len(idx), _SLICE):
+        out += np.bincount(idx[lo : lo + _SLICE], minlength=n)
+    return out
+
+
 def _code_tables(
     cats: list[str],
     inv: npt.NDArray[Any],
@@ -361,7 +382,7 @@ def _code_tables(
     aliased = False
     first_code = np.full(len(cats), -1, dtype=np.int16)
     second_code = np.full(len(cats), -1, dtype=np.int16)
-    used = np.bincount(inv, minlength=len(cats)) if len(inv) else np.zeros(len(cats), dtype=np.int64)
+    used = _counts(inv, len(cats))
     for ci, name in enumerate(cats):
         if used[ci] == 0:
             continue  # e.g. a parquet category list naming an unused value
@@ -589,9 +610,6 @@ def _in_step_blocks(step_idx: npt.NDArray[np.integer[Any]], runs: int, counts: n
     return runs == int(np.count_nonzero(counts.sum(axis=3)))
 
 
-_CHUNK = 1 << 20  # rows per slice of the row-sized checks: bounded temporaries (8 MiB of int64)
-
-
 def _seq_ids_unique(
     seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.intp], counts: npt.NDArray[np.int64]
 ) -> bool:
@@ -602,8 +620,8 @@ def _seq_ids_unique(
     flat = counts.reshape(-1)
     first = np.cumsum(flat) - flat  # per cell: its first slot
     seen = np.zeros(len(seq_id), dtype=bool)
-    for lo in range(0, len(seq_id), _CHUNK):
-        c, q = cell[lo : lo + _CHUNK], seq_id[lo : lo + _CHUNK]
+    for lo in range(0, len(seq_id), _SLICE):
+        c, q = cell[lo : lo + _SLICE], seq_id[lo : lo + _SLICE]
         if int(q.min()) < 0 or bool((q >= flat[c]).any()):
             return False
         slot = first[c]

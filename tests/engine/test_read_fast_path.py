@@ -228,3 +228,16 @@ def test_causality_probe_of_the_head_gives_the_full_answer(
     assert (note is not None) == (want[0] == want[1]) == backwards
     if note is not None:
         assert f"in all {want[0]} matched" in note
+
+
+def test_sliced_lookup_and_counts_match_whole_array_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnosers.readers import normalize as nz
+
+    monkeypatch.setattr(nz, "_SLICE", 7)  # many slices and a ragged last one
+    rng = np.random.default_rng(8)
+    table = rng.integers(-1, 20, 13).astype(np.int16)
+    for n in (0, 1, 7, 50):
+        idx = rng.integers(0, 13, n).astype(np.int8)
+        got = nz._lookup(table, idx)
+        assert got.dtype == table.dtype and np.array_equal(got, table[idx])
+        assert np.array_equal(nz._counts(idx, 13), np.bincount(idx, minlength=13))
