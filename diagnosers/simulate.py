@@ -191,6 +191,75 @@ def simulate(
     return out
 
 
+ColumnSource = Callable[[int], "tuple[Array, ...]"]
+
+
+def simulate_columns(t: Template, durations: ColumnSource, n_columns: int, k: int, s: int) -> Array:
+    """Step times ``(K, S)`` of a pass whose DP axis is held as ``n_columns`` separate columns.
+
+    ``durations(v)`` gives, per column, node v's durations broadcastable to ``(K, 1, S)``. The
+    numbers are those of :func:`simulate` with the columns stacked on the D axis (the same maxima
+    and sums, element by element: a DP-synchronised group starts at the latest start over the
+    columns, a step ends at the latest end), but each column keeps its own narrow shape: a column
+    that is the same in every scenario (the other DP ranks of a per-worker run, all ideal) stays
+    one value per node until a DP-synchronised group makes it wait for a column that is not."""
+    ends: list[tuple[Array, ...] | None] = [None] * t.n_nodes
+    remaining = t.successor_counts.tolist()
+    zero = np.zeros((1, 1, 1))
+    cols = range(n_columns)
+    step_end = [zero] * n_columns
+    deps = t.deps
+    group = t.group.tolist()
+    sync = t.group_dp_sync
+    for members in t.order:
+        starts: list[tuple[list[Array], list[bool]]] = []
+        for v in members:
+            dv = deps[v]
+            own = [False] * n_columns  # per column: whether its start is a fresh array
+            if not dv:
+                st = [zero] * n_columns
+            else:
+                st = list(ends[dv[0]])  # type: ignore[arg-type]
+                for u in dv[1:]:
+                    eu = ends[u]
+                    for c in cols:
+                        st[c] = _maximum(st[c], eu[c], own[c])  # type: ignore[index]
+                        own[c] = True
+                for u in dv:
+                    remaining[u] -= 1
+                    if remaining[u] == 0:
+                        ends[u] = None
+            starts.append((st, own))
+        g = group[members[0]]
+        if g < 0:
+            v = members[0]
+            st, own = starts[0]
+            dur = durations(v)
+            done = [(v, tuple(_plus(st[c], dur[c], own[c], k) for c in cols))]
+        else:
+            eff = list(starts[0][0])
+            for st, _ in starts[1:]:
+                eff = [np.maximum(eff[c], st[c]) for c in cols]
+            if sync[g]:
+                # a DP-synchronised group starts when the last member on any DP rank has started
+                latest = eff[0]
+                for c in cols[1:]:
+                    latest = np.maximum(latest, eff[c])
+                eff = [latest] * n_columns
+            done = []
+            for v in members:
+                dur = durations(v)
+                done.append((v, tuple(_plus(eff[c], dur[c], False, k) for c in cols)))
+        for v, e in done:
+            ends[v] = e
+            if remaining[v] == 0:
+                step_end = [np.maximum(step_end[c], e[c]) for c in cols]
+    latest_end = np.broadcast_to(step_end[0], (k, 1, s))
+    for c in cols[1:]:
+        latest_end = np.maximum(latest_end, step_end[c])
+    return np.array(latest_end[:, 0, :])
+
+
 def mixed_source(a: Array, b: Array, use_b: npt.NDArray[np.bool_]) -> DurationSource:
     """Per node: scenario k takes ``b[v]`` where ``use_b[v, k]`` and ``a[v]`` elsewhere.
 

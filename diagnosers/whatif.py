@@ -32,7 +32,7 @@ from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.readers.normalize import reduce_into
-from diagnosers.simulate import Array, Patch, mixed_source, simulate
+from diagnosers.simulate import Array, Patch, mixed_source, simulate, simulate_columns
 
 # The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
 # artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
@@ -428,13 +428,16 @@ def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
     worker ``(d, ALL_STAGES)``: every stage of DP rank d, the by-DP-rank put-back).
 
     One scenario per worker. Within a scenario every DP rank but the worker's runs the ideal, so the
-    other ranks are simulated as one representative rank (two DP columns instead of dp). Scenarios
+    other ranks are simulated as one representative rank (two DP columns instead of dp), held as a
+    column of its own (``simulate.simulate_columns``): it is the ideal run, one value per node, in
+    every scenario until a DP-synchronised group makes it wait for the worker's rank. Scenarios
     are batched so that one pass holds at most ``MAX_COLUMNS`` cells per array.
     """
     t = eng.template
     dp, ns = eng.shape
     dcol = 2 if dp > 1 else 1
     orig, ideal = eng.orig_dense, eng.ideal_node
+    ideal3 = ideal[:, None, None]
     out_times = np.zeros((len(workers), ns))
     chunk = max(1, MAX_COLUMNS // (dcol * ns))
     for lo in range(0, len(workers), chunk):
@@ -449,14 +452,15 @@ def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
             k: int = k,
             w_dp: npt.NDArray[np.int64] = w_dp,
             by_stage: dict[int, npt.NDArray[np.int64]] = by_stage,
-        ) -> Array:
-            out = np.full((k, dcol, ns), ideal[v])
+        ) -> tuple[Array, ...]:
             idx = by_stage[int(t.stage[v])]
+            rank = ideal3[v][None]  # the worker's DP rank: ideal unless the scenario restores v
             if len(idx):
-                out[idx, 0, :] = orig[v][w_dp[idx]]
-            return out
+                rank = np.full((k, 1, ns), ideal[v])
+                rank[idx, 0, :] = orig[v][w_dp[idx]]
+            return (rank, ideal3[v][None]) if dcol == 2 else (rank,)
 
-        out_times[lo : lo + k] = eng.simulate_dense(src, k, dp=dcol)
+        out_times[lo : lo + k] = simulate_columns(t, src, dcol, k, ns)
     return out_times
 
 
