@@ -57,6 +57,8 @@ class SimResult:
 
 
 def _as3(x: Array | float) -> Array:
+    if type(x) is np.ndarray and x.ndim == 3 and x.dtype == np.float64:
+        return x  # what every source of the engine returns: no conversion to look for
     a = np.asarray(x, dtype=np.float64)
     if a.ndim == 3:
         return a
@@ -70,6 +72,8 @@ def _as3(x: Array | float) -> Array:
 def _holds(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Whether shape ``a`` is the broadcast of ``a`` and ``b`` (``np.broadcast_shapes(a, b) == a``
     for arrays of equal rank, without its cost on every node of a pass)."""
+    if len(a) == 3 and len(b) == 3:  # the simulator's (K, D, S) shapes, without a generator
+        return (b[0] == a[0] or b[0] == 1) and (b[1] == a[1] or b[1] == 1) and (b[2] == a[2] or b[2] == 1)
     return len(a) == len(b) and all(y == x or y == 1 for x, y in zip(a, b, strict=True))
 
 
@@ -127,11 +131,11 @@ def simulate(
     ends: list[Array | None] = [None] * n
     starts_kept: list[Array] | None = [np.empty(0)] * n if keep else None
     ends_kept: list[Array] | None = [np.empty(0)] * n if keep else None
-    remaining = t.successor_counts.copy()
+    remaining = t.successor_counts.tolist()  # Python ints: counted down once per edge
     zero = np.zeros((1, 1, 1))
     step_end = zero
     deps = t.deps
-    group = t.group
+    group = t.group.tolist()
     sync = t.group_dp_sync
     for members in t.order:
         starts = []
@@ -185,6 +189,75 @@ def simulate(
         out.start = np.stack([np.broadcast_to(x, (k, d, s)) for x in starts_kept])  # type: ignore[union-attr]
         out.end = np.stack([np.broadcast_to(x, (k, d, s)) for x in ends_kept])  # type: ignore[union-attr]
     return out
+
+
+ColumnSource = Callable[[int], "tuple[Array, ...]"]
+
+
+def simulate_columns(t: Template, durations: ColumnSource, n_columns: int, k: int, s: int) -> Array:
+    """Step times ``(K, S)`` of a pass whose DP axis is held as ``n_columns`` separate columns.
+
+    ``durations(v)`` gives, per column, node v's durations broadcastable to ``(K, 1, S)``. The
+    numbers are those of :func:`simulate` with the columns stacked on the D axis (the same maxima
+    and sums, element by element: a DP-synchronised group starts at the latest start over the
+    columns, a step ends at the latest end), but each column keeps its own narrow shape: a column
+    that is the same in every scenario (the other DP ranks of a per-worker run, all ideal) stays
+    one value per node until a DP-synchronised group makes it wait for a column that is not."""
+    ends: list[tuple[Array, ...] | None] = [None] * t.n_nodes
+    remaining = t.successor_counts.tolist()
+    zero = np.zeros((1, 1, 1))
+    cols = range(n_columns)
+    step_end = [zero] * n_columns
+    deps = t.deps
+    group = t.group.tolist()
+    sync = t.group_dp_sync
+    for members in t.order:
+        starts: list[tuple[list[Array], list[bool]]] = []
+        for v in members:
+            dv = deps[v]
+            own = [False] * n_columns  # per column: whether its start is a fresh array
+            if not dv:
+                st = [zero] * n_columns
+            else:
+                st = list(ends[dv[0]])  # type: ignore[arg-type]
+                for u in dv[1:]:
+                    eu = ends[u]
+                    for c in cols:
+                        st[c] = _maximum(st[c], eu[c], own[c])  # type: ignore[index]
+                        own[c] = True
+                for u in dv:
+                    remaining[u] -= 1
+                    if remaining[u] == 0:
+                        ends[u] = None
+            starts.append((st, own))
+        g = group[members[0]]
+        if g < 0:
+            v = members[0]
+            st, own = starts[0]
+            dur = durations(v)
+            done = [(v, tuple(_plus(st[c], dur[c], own[c], k) for c in cols))]
+        else:
+            eff = list(starts[0][0])
+            for st, _ in starts[1:]:
+                eff = [np.maximum(eff[c], st[c]) for c in cols]
+            if sync[g]:
+                # a DP-synchronised group starts when the last member on any DP rank has started
+                latest = eff[0]
+                for c in cols[1:]:
+                    latest = np.maximum(latest, eff[c])
+                eff = [latest] * n_columns
+            done = []
+            for v in members:
+                dur = durations(v)
+                done.append((v, tuple(_plus(eff[c], dur[c], False, k) for c in cols)))
+        for v, e in done:
+            ends[v] = e
+            if remaining[v] == 0:
+                step_end = [np.maximum(step_end[c], e[c]) for c in cols]
+    latest_end = np.broadcast_to(step_end[0], (k, 1, s))
+    for c in cols[1:]:
+        latest_end = np.maximum(latest_end, step_end[c])
+    return np.array(latest_end[:, 0, :])
 
 
 def mixed_source(a: Array, b: Array, use_b: npt.NDArray[np.bool_]) -> DurationSource:

@@ -32,7 +32,7 @@ from diagnosers.graph import CLAMP_NEG, Template, build_template
 from diagnosers.interleaved import rendezvous_transfers
 from diagnosers.model import OPTYPE_CODE, OPTYPE_KIND, OPTYPES, OpKind, Trace, TraceError
 from diagnosers.readers.normalize import reduce_into
-from diagnosers.simulate import Array, Patch, mixed_source, simulate
+from diagnosers.simulate import Array, Patch, mixed_source, simulate, simulate_columns
 
 # The method's thresholds (S >= STRAGGLING_THRESHOLD: straggling; below DECOMPOSE_THRESHOLD the
 # artifact leaves attributions empty; METHOD.md A5) are defined once, in the vocabulary.
@@ -259,10 +259,15 @@ def build_engine(trace: Trace) -> WhatIfEngine:
     launch = np.empty_like(start)
     for v in range(t.n_nodes):
         dv = t.deps[v]
-        if dv:
-            launch[v] = start[v] - end[dv].max(axis=0)
-        else:
+        if not dv:
             launch[v] = start[v]
+            continue
+        # the latest end over the dependencies pairwise: most nodes have one or two, and a fancy
+        # index over them would copy every dependency's (dp, steps) ends first
+        latest = end[dv[0]]
+        for u in dv[1:]:
+            latest = np.maximum(latest, end[u])
+        np.subtract(start[v], latest, out=launch[v])
     launch[launch <= -CLAMP_NEG] = 0.0
 
     ideal_node = np.empty(t.n_nodes)
@@ -415,19 +420,24 @@ def _ratio_metric(
 
 
 MAX_COLUMNS = 1 << 18  # scenario x dp x step cells per array in one pass (2 MiB of float64)
+ALL_STAGES = -1  # a ``_worker_runs`` "worker" (dp rank, ALL_STAGES): that whole DP rank
 
 
 def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
-    """Step times (len(workers), S) with only one worker's ops put back into the ideal run.
+    """Step times (len(workers), S) with only one worker's ops put back into the ideal run (a
+    worker ``(d, ALL_STAGES)``: every stage of DP rank d, the by-DP-rank put-back).
 
     One scenario per worker. Within a scenario every DP rank but the worker's runs the ideal, so the
-    other ranks are simulated as one representative rank (two DP columns instead of dp). Scenarios
+    other ranks are simulated as one representative rank (two DP columns instead of dp), held as a
+    column of its own (``simulate.simulate_columns``): it is the ideal run, one value per node, in
+    every scenario until a DP-synchronised group makes it wait for the worker's rank. Scenarios
     are batched so that one pass holds at most ``MAX_COLUMNS`` cells per array.
     """
     t = eng.template
     dp, ns = eng.shape
     dcol = 2 if dp > 1 else 1
     orig, ideal = eng.orig_dense, eng.ideal_node
+    ideal3 = ideal[:, None, None]
     out_times = np.zeros((len(workers), ns))
     chunk = max(1, MAX_COLUMNS // (dcol * ns))
     for lo in range(0, len(workers), chunk):
@@ -435,21 +445,22 @@ def _worker_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> Array:
         k = len(block)
         w_dp = np.array([w[0] for w in block])
         w_st = np.array([w[1] for w in block])
-        by_stage = {s: np.flatnonzero(w_st == s) for s in range(t.pp)}
+        by_stage = {s: np.flatnonzero((w_st == s) | (w_st == ALL_STAGES)) for s in range(t.pp)}
 
         def src(
             v: int,
             k: int = k,
             w_dp: npt.NDArray[np.int64] = w_dp,
             by_stage: dict[int, npt.NDArray[np.int64]] = by_stage,
-        ) -> Array:
-            out = np.full((k, dcol, ns), ideal[v])
+        ) -> tuple[Array, ...]:
             idx = by_stage[int(t.stage[v])]
+            rank = ideal3[v][None]  # the worker's DP rank: ideal unless the scenario restores v
             if len(idx):
-                out[idx, 0, :] = orig[v][w_dp[idx]]
-            return out
+                rank = np.full((k, 1, ns), ideal[v])
+                rank[idx, 0, :] = orig[v][w_dp[idx]]
+            return (rank, ideal3[v][None]) if dcol == 2 else (rank,)
 
-        out_times[lo : lo + k] = eng.simulate_dense(src, k, dp=dcol)
+        out_times[lo : lo + k] = simulate_columns(t, src, dcol, k, ns)
     return out_times
 
 
@@ -475,6 +486,48 @@ def _subset_runs(eng: WhatIfEngine, workers: list[tuple[int, int]]) -> tuple[flo
 
     times = eng.simulate_dense(src, 2)
     return float(times[0].mean()), float(times[1].mean())
+
+
+@dataclass
+class _WholeJobRuns:
+    """Step times of the scenarios over every DP rank that need no per-worker estimate, from one
+    pass: each op-type group put back into the ideal run (``type_keys`` order), then each stage
+    (``put_back``, (groups + pp, S)); each stage idealised in the baseline (``stage_idealised``,
+    (pp, S))."""
+
+    type_keys: list[str]
+    put_back: Array
+    stage_idealised: Array
+
+
+def _whole_job_runs(eng: WhatIfEngine) -> _WholeJobRuns:
+    """One pass for the ideal run, the baseline (T_s; both kept on the engine), the put-backs by
+    op-type group and by stage and M_S's stage idealisations: every one of them gives each node
+    either its original or its ideal durations, so they differ only in a boolean per (node,
+    scenario), and one pass costs the node-by-node walk once instead of four times. Each
+    scenario's numbers are those of its own pass (the same sums and maxima per element)."""
+    t = eng.template
+    pp = t.pp
+    node_types = sorted(set(t.optype.tolist()))
+    keys = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
+    k_opt = len(keys)
+    # per (node, scenario): whether the node keeps its original durations (else its ideal ones)
+    use_orig = np.zeros((t.n_nodes, 2 + k_opt + 2 * pp), dtype=bool)
+    use_orig[:, 1] = True  # scenario 0: the ideal run; 1: the baseline
+    for i, key in enumerate(keys):
+        members = [o for o in node_types if optype_group_of(OPTYPES[o]) == key]
+        use_orig[np.isin(t.optype, members), 2 + i] = True
+    for s in range(pp):
+        on_stage = t.stage == s
+        use_orig[on_stage, 2 + k_opt + s] = True
+        use_orig[~on_stage, 2 + k_opt + pp + s] = True
+    ideal3 = eng.ideal_node[:, None, None]
+    times = eng.simulate_dense(mixed_source(ideal3, eng.orig_dense, use_orig), use_orig.shape[1])
+    if eng._ideal is None:
+        eng._ideal = float(times[0, 0])
+    if eng._nodelay is None:
+        eng._nodelay = times[1]
+    return _WholeJobRuns(keys, times[2 : 2 + k_opt + pp], times[2 + k_opt + pp :])
 
 
 def analyze(
@@ -518,10 +571,11 @@ def report_json(
     eng = engine or build_engine(trace)
     t = eng.template
     steps = eng.steps
-    dp, ns = eng.shape
+    dp = t.dp
     pp = t.pp
     notes = list(trace.notes) + list(eng.notes)
-    tick(0.2, "simulating baseline and ideal")
+    tick(0.2, "simulating baseline, ideal, put-backs by op type and by stage")
+    whole = _whole_job_runs(eng)
     t_nd = eng.nodelay_step_times
     t_id = eng.ideal_step_time
     if t_id <= 0:
@@ -543,37 +597,27 @@ def report_json(
     first = np.stack([eng.start_dense[t.stage == s].min(axis=0) for s in range(pp)])  # (pp, dp, S)
     gap = first.mean(axis=(0, 1))
 
-    # --- put-backs: by op type and by stage (whole nodes), by DP rank (one rank restored)
+    # --- put-backs: by op type and by stage (whole nodes, from the pass above), by DP rank (one
+    # rank restored)
     tick(0.3, "attributing by op type and stage")
-    ideal3 = eng.ideal_node[:, None, None]
-    node_types = sorted(set(t.optype.tolist()))
-    present = sorted({optype_group_of(OPTYPES[o]) for o in node_types})
-    groups_of_key = {key: [o for o in node_types if optype_group_of(OPTYPES[o]) == key] for key in present}
+    present = whole.type_keys
     k_opt = len(present)
-    mask = np.zeros((t.n_nodes, k_opt + pp), dtype=bool)
-    for i, key in enumerate(present):
-        mask[np.isin(t.optype, groups_of_key[key]), i] = True
-    for s in range(pp):
-        mask[t.stage == s, k_opt + s] = True
-    times = eng.simulate_dense(mixed_source(ideal3, eng.orig_dense, mask), k_opt + pp)
-    job_r, step_r = _ratios(times, t_id)
+    job_r, step_r = _ratios(whole.put_back, t_id)
     by_optype = {key: float(job_r[i]) for i, key in enumerate(present)}
     stage_keys = [str(s) for s in range(pp)]
     by_stage = {str(s): float(job_r[k_opt + s]) for s in range(pp)}
     by_optype_ps = _per_step(steps, present, step_r[:k_opt])
     by_stage_ps = _per_step(steps, stage_keys, step_r[k_opt:])
-    t_add_stage = times[k_opt:].mean(axis=1)
+    t_add_stage = whole.put_back[k_opt:].mean(axis=1)
 
-    tick(0.45, "attributing by DP rank")
-    orig = eng.orig_dense
-    dcol = 2 if dp > 1 else 1
-
-    def dp_src(v: int) -> Array:
-        out = np.full((dp, dcol, ns), eng.ideal_node[v])
-        out[:, 0, :] = orig[v]
-        return out
-
-    times_dp = eng.simulate_dense(dp_src, dp, dp=dcol)
+    tick(0.45, "attributing by DP rank and per worker")
+    # a DP rank's put-back and a worker's exact run both put one DP rank's ops (all its stages, or
+    # one stage's) back into the ideal run: when every worker runs exactly, one pass serves both
+    all_workers = [(d, s) for s in range(pp) for d in range(dp)]
+    every_worker = exact_top_k is None
+    whole_ranks = [(d, ALL_STAGES) for d in range(dp)]
+    rank_runs = _worker_runs(eng, whole_ranks + (all_workers if every_worker else []))
+    times_dp = rank_runs[:dp]
     job_dp, step_dp = _ratios(times_dp, t_id)
     dp_keys = [str(d) for d in range(dp)]
     by_dp = {str(d): float(job_dp[d]) for d in range(dp)}
@@ -584,12 +628,14 @@ def report_json(
     ranks = np.full((dp, pp), -1, dtype=np.int64)
     ranks[trace.ops.dp_rank, trace.ops.stage] = trace.ops.rank
     estimate = np.minimum(job_dp[:, None], job_r[k_opt:][None, :])  # (dp, pp)
-    all_workers = [(d, s) for s in range(pp) for d in range(dp)]
     # the artifact ranks by score, ties to the lower global rank
     ranked = sorted(all_workers, key=lambda w: (-estimate[w], ranks[w]))
     exact_set = ranked if exact_top_k is None else ranked[: max(0, exact_top_k)]
     exact: dict[tuple[int, int], float] = {}
-    if exact_set:
+    if every_worker:
+        for w, row in zip(all_workers, rank_runs[dp:].mean(axis=1) / t_id, strict=True):
+            exact[w] = float(row)
+    elif exact_set:
         ex_times = _worker_runs(eng, exact_set)
         for w, row in zip(exact_set, ex_times.mean(axis=1) / t_id, strict=True):
             exact[w] = float(row)
@@ -615,10 +661,7 @@ def report_json(
     slowest = ranked[:n_fix]
     t_rem, t_add = _subset_runs(eng, slowest)
     m_w = _ratio_metric(mean_nd, t_id, t_rem, t_add, slowest)
-    rem_mask = np.zeros((t.n_nodes, pp), dtype=bool)
-    for s in range(pp):
-        rem_mask[t.stage == s, s] = True
-    rem_times = eng.simulate_dense(mixed_source(eng.orig_dense, ideal3, rem_mask), pp)
+    rem_times = whole.stage_idealised
     m_s_by_stage = {
         str(s): _ratio_metric(
             mean_nd, t_id, float(rem_times[s].mean()), float(t_add_stage[s]), [(d, s) for d in range(dp)]

@@ -250,6 +250,15 @@ def _widened(col: Any, dtype: Any) -> npt.NDArray[Any] | None:
     return out
 
 
+def _release_arrow_memory() -> None:
+    """Hand pyarrow's freed buffers back to the system. Its allocator keeps them for reuse (the
+    decoded table, ~30 bytes per op), but nothing else reads with it, and ``normalize`` (whose
+    temporaries come right after the read) would otherwise run on top of them."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 def read_columns(
     paths: Sequence[Path], kind: str | None = None
 ) -> tuple[dict[str, npt.NDArray[Any]], list[str]]:
@@ -270,6 +279,7 @@ def read_columns(
             table = table_from_stream(stream, kind or found, str(path))
         cols, local = columns_from_table(table, str(path))
         del table
+        _release_arrow_memory()
         remap = np.empty(len(local), dtype=np.int16)
         for i, name in enumerate(local):
             if name not in cat_index:
@@ -436,11 +446,7 @@ def read(paths: list[Path], options: ReadOptions) -> Trace:
     source = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     trace = normalize(cols, meta, source=source, optype_categories=cats)
     del cols
-    import pyarrow as pa
-
-    # pyarrow's allocator keeps freed buffers (the decoded table, ~30 bytes per op) for reuse;
-    # nothing else reads with it, so hand them back now that the op table holds its own copy
-    pa.default_memory_pool().release_unused()
+    _release_arrow_memory()  # the columns normalize copied
     if meta_path is None and not options.overrides():
         trace.notes.append(f"no meta yaml: took dp={meta.dp}, pp={meta.pp} from the data")
     return trace

@@ -18,6 +18,7 @@ same rule for compute ops; -1 everywhere else.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -133,19 +134,16 @@ def reduce_into(
     size: int,
     fill: float,
 ) -> npt.NDArray[np.float64]:
-    """``ufunc.at(np.full(size, fill), index, values)`` (a per-group minimum or maximum). When each
-    index value occupies one contiguous run of rows, as (step, worker) blocks do in every trace
-    seen, one ``ufunc.reduceat`` over the runs gives the same values without the slow ``at``."""
+    """``ufunc.at(np.full(size, fill), index, values)`` for ``np.minimum`` or ``np.maximum`` (a
+    per-group minimum or maximum). Rows come in runs of one index value (each (step, worker) block
+    of every trace seen is one run), so each run is reduced with one ``ufunc.reduceat`` and only
+    the runs' results go through the slow ``ufunc.at``: the same values in any row order, since a
+    minimum or maximum does not depend on the order it is taken in."""
     out = np.full(size, fill)
     if len(index) == 0:
         return out
     starts = np.r_[0, np.flatnonzero(index[1:] != index[:-1]) + 1]
-    heads = index[starts]
-    ordered = np.sort(heads)
-    if not (ordered[1:] == ordered[:-1]).any():  # every index in one run
-        out[heads] = ufunc(out[heads], ufunc.reduceat(values, starts))
-    else:
-        ufunc.at(out, index, values)
+    ufunc.at(out, index[starts], ufunc.reduceat(values, starts))
     return out
 
 
@@ -154,7 +152,8 @@ def dense_ids(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """``np.unique(values, return_inverse=True)`` for integer columns with few distinct values
     (steps, ranks): a presence table over the value range instead of a sort of every row. The
-    inverse comes in ``dtype`` (int32 for a row map that needs no more)."""
+    inverse comes in ``dtype`` (int32 for a row map that needs no more). When every value of the
+    range occurs (consecutive step ids) the inverse is the offset from the minimum itself."""
     v = np.asarray(values)
     if len(v) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=dtype)
@@ -162,11 +161,18 @@ def dense_ids(
     if hi - lo > 4 * len(v) + 1_000_000:
         uniq, inv = np.unique(v, return_inverse=True)
         return uniq.astype(np.int64), inv.reshape(-1).astype(dtype)
+    # the offsets computed straight in the inverse's type when the values and their range fit it
+    # (exact, and no 64-bit copy of the column)
+    info = np.iinfo(dtype)
+    fits = info.min <= lo and hi <= info.max and hi - lo <= info.max
+    off = np.subtract(v, lo, dtype=dtype) if fits else v - lo
     present = np.zeros(hi - lo + 1, dtype=bool)
-    present[v - lo] = True
+    present[off] = True
     uniq = np.flatnonzero(present)
+    if fits and len(uniq) == hi - lo + 1:
+        return uniq + lo, off
     lookup = np.cumsum(present, dtype=dtype) - 1
-    return uniq + lo, lookup[v - lo]
+    return uniq + lo, lookup[off]
 
 
 _RAW_DTYPES: dict[str, Any] = {
@@ -253,7 +259,7 @@ def normalize(
 
     first_code, second_code, aliased = _code_tables(cats, inv, rank, step, source, strict_names, notes)
     split = bool((second_code >= 0).any())
-    codes = first_code[inv]
+    codes = _lookup(first_code, inv)
     # rows: which raw row each output row comes from; None while that is the identity (nothing
     # dropped, nothing split), so no column is gathered for nothing
     rows: npt.NDArray[np.int64] | None = None
@@ -285,7 +291,7 @@ def normalize(
             i = int(np.argmax(p2p))
             raise TraceError("point-to-point op in a single-stage job has no peer", **where(i))
     step_ids, step_idx = dense_ids(step, np.int32)  # int32 row maps: half the memory of int64
-    counts, cell = _check_step_multisets(stage, step_idx, dp_rank, codes, step_ids, rmin, meta, source)
+    counts, cell, runs = _check_step_multisets(stage, step_idx, dp_rank, codes, step_ids, rmin, meta, source)
 
     # --- optional columns
     given = {c: c in columns for c in OPTIONAL_COLUMNS}
@@ -306,11 +312,11 @@ def normalize(
         else np.where(is_compute, mc * meta.pp + stage, -1).astype(np.int32, copy=False)
     )
 
-    cols = {
+    cols: dict[str, npt.NDArray[Any]] = {
         "dp_rank": dp_rank, "stage": stage, "rank": rank, "step": step, "optype": codes,
         "start_ts": start_ts, "duration": duration, "seq_id": seq_id, "mc": mc, "gmc": gmc, "mb_id": mb_id,
     }  # fmt: skip
-    if not (_in_step_blocks(step_idx, cell, counts) and _seq_ids_unique(seq_id, cell, counts)):
+    if not (_in_step_blocks(step_idx, runs, counts) and _seq_ids_unique(seq_id, cell, counts)):
         max_seq = int(seq_id.max()) + 1 if len(seq_id) else 1
         validate.check_key_space(len(step_ids) * meta.dp * meta.pp, len(OPTYPES), max_seq, source)
         order = _canonical_order(step_idx, dp_rank, stage, codes, seq_id, meta, where)
@@ -340,6 +346,27 @@ def _categories(
     return [str(u) for u in uniq], inv.reshape(-1)
 
 
+_SLICE = 1 << 20  # rows per slice of a row-sized lookup or count: bounded index temporaries
+
+
+def _lookup(table: npt.NDArray[Any], idx: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]:
+    """``table[idx]`` a slice of rows at a time: numpy widens a narrow index (the int8 op-name
+    codes) to its own index type before a gather, which for every row at once is a row-sized
+    int64 temporary."""
+    out = np.empty(len(idx), dtype=table.dtype)
+    for lo in range(0, len(idx), _SLICE):
+        out[lo : lo + _SLICE] = table[idx[lo : lo + _SLICE]]
+    return out
+
+
+def _counts(idx: npt.NDArray[np.integer[Any]], n: int) -> npt.NDArray[np.int64]:
+    """``np.bincount(idx, minlength=n)`` a slice of rows at a time (see ``_lookup``)."""
+    out = np.zeros(n, dtype=np.int64)
+    for lo in range(0, len(idx), _SLICE):
+        out += np.bincount(idx[lo : lo + _SLICE], minlength=n)
+    return out
+
+
 def _code_tables(
     cats: list[str],
     inv: npt.NDArray[Any],
@@ -355,7 +382,7 @@ def _code_tables(
     aliased = False
     first_code = np.full(len(cats), -1, dtype=np.int16)
     second_code = np.full(len(cats), -1, dtype=np.int16)
-    used = np.bincount(inv, minlength=len(cats)) if len(inv) else np.zeros(len(cats), dtype=np.int64)
+    used = _counts(inv, len(cats))
     for ci, name in enumerate(cats):
         if used[ci] == 0:
             continue  # e.g. a parquet category list naming an unused value
@@ -398,7 +425,13 @@ def _check_values(
     meta: JobMeta,
     where: Where,
 ) -> None:
-    """Finite times, non-negative durations and ranks, ranks inside the job's dp and pp sizes."""
+    """Finite times, non-negative durations and ranks, ranks inside the job's dp and pp sizes.
+
+    Each column's extremes decide whether all of it passes (the usual case, without a boolean
+    temporary per check); only a failing trace takes the row-by-row tests that name the first bad
+    row."""
+    if _values_in_range(start_ts, duration, dp_rank, stage, rank, meta):
+        return
     for col, arr in (("start_ts", start_ts), ("duration", duration)):
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -426,6 +459,29 @@ def _check_values(
         )
 
 
+def _values_in_range(
+    start_ts: npt.NDArray[np.float64],
+    duration: npt.NDArray[np.float64],
+    dp_rank: npt.NDArray[np.int32],
+    stage: npt.NDArray[np.int32],
+    rank: npt.NDArray[np.int64],
+    meta: JobMeta,
+) -> bool:
+    """Whether every test of ``_check_values`` passes, from the columns' minima and maxima: a NaN
+    makes both NaN (not finite), an infinity makes one of them infinite, and every range test is
+    a bound that only an extreme can cross."""
+    if len(start_ts) == 0:
+        return True
+    for arr, least in ((start_ts, -validate.MAX_TIME), (duration, 0.0)):
+        lo, hi = float(arr.min()), float(arr.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo < least or max(-lo, hi) > validate.MAX_TIME:
+            return False
+    for iarr, size in ((dp_rank, meta.dp), (stage, meta.pp), (rank, None)):
+        if int(iarr.min()) < 0 or (size is not None and int(iarr.max()) >= size):
+            return False
+    return True
+
+
 def _check_workers(
     dp_rank: npt.NDArray[np.int32],
     stage: npt.NDArray[np.int32],
@@ -439,8 +495,12 @@ def _check_workers(
     n_workers = meta.dp * meta.pp
     rmin = np.full(n_workers, np.iinfo(np.int64).max)
     rmax = np.full(n_workers, -1, dtype=np.int64)
-    np.minimum.at(rmin, worker, rank)
-    np.maximum.at(rmax, worker, rank)
+    # one reduction per run of rows of one worker (a (step, worker) block), then the slow
+    # ``ufunc.at`` over the runs only: the same extremes in any row order
+    starts = np.r_[0, np.flatnonzero(worker[1:] != worker[:-1]) + 1]
+    heads = worker[starts]
+    np.minimum.at(rmin, heads, np.minimum.reduceat(rank, starts))
+    np.maximum.at(rmax, heads, np.maximum.reduceat(rank, starts))
     absent = np.flatnonzero(rmax < 0)
     if len(absent):
         w = int(absent[0])
@@ -470,19 +530,23 @@ def _check_step_multisets(
     rmin: npt.NDArray[np.int64],
     meta: JobMeta,
     source: str,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp], int]:
     """Each step's op multiset is the same on every DP rank of a stage.
 
     Returns the op counts per (stage, step, dp rank, op type) cell, shape (pp, steps, dp, types),
-    and each row's flat cell index into them."""
+    each row's flat cell index into them (in numpy's index type: it is counted and gathered with,
+    and a narrower index is widened to it on each of those calls), and the number of runs of
+    consecutive rows in one (stage, step, dp rank) block."""
     n_types = len(OPTYPES)
     validate.check_grid(meta.pp, len(step_ids), meta.dp, len(codes), source)
     n_cells = meta.pp * len(step_ids) * meta.dp * n_types
-    base = stage if n_cells < 2**31 else stage.astype(np.int64)  # int32 while the cells fit
-    cell = base * len(step_ids)  # ((stage * steps + step) * dp + dp_rank) * types + code, in place
+    # ((stage * steps + step) * dp + dp_rank) * types + code, built in place in one array
+    cell = stage.astype(np.intp)
+    cell *= len(step_ids)
     cell += step_idx
     cell *= meta.dp
     cell += dp_rank
+    runs = int(np.count_nonzero(cell[1:] != cell[:-1])) + 1 if len(cell) else 0
     cell *= n_types
     cell += codes
     counts = np.bincount(cell, minlength=n_cells).reshape(
@@ -501,7 +565,7 @@ def _check_step_multisets(
             step=int(step_ids[t]),
             op=OPTYPES[o],
         )
-    return counts, cell
+    return counts, cell, runs
 
 
 def _derive_chunks(
@@ -535,33 +599,34 @@ def _derive_chunks(
         mc[is_compute] = d_chunk
 
 
-def _in_step_blocks(
-    step_idx: npt.NDArray[np.integer[Any]], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
-) -> bool:
-    """Rows sorted by step, each (step, worker) block contiguous: every block starts once."""
+def _in_step_blocks(step_idx: npt.NDArray[np.integer[Any]], runs: int, counts: npt.NDArray[np.int64]) -> bool:
+    """Rows sorted by step, each (step, worker) block contiguous: as many runs of one block as
+    there are blocks holding ops."""
     m = len(step_idx)
     if m <= 1:
         return True
     if not bool(np.all(step_idx[1:] >= step_idx[:-1])):
         return False
-    block = cell // len(OPTYPES)  # (stage, step, dp) block of each row
-    starts = int(np.count_nonzero(block[1:] != block[:-1])) + 1
-    return starts == int(np.count_nonzero(counts.sum(axis=3)))
+    return runs == int(np.count_nonzero(counts.sum(axis=3)))
 
 
 def _seq_ids_unique(
-    seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.integer[Any]], counts: npt.NDArray[np.int64]
+    seq_id: npt.NDArray[np.int32], cell: npt.NDArray[np.intp], counts: npt.NDArray[np.int64]
 ) -> bool:
     """Within each (stage, step, dp rank, op type) cell of c ops the seq_ids are exactly 0..c-1,
     checked without a sort: each row claims slot ``offset[cell] + seq_id`` of one per-row table.
-    False sends the rows to the sorting path, which names a duplicate."""
-    flat = counts.reshape(-1).astype(np.int32)  # one slot per row: fewer than 2**31
-    size = flat[cell]
-    if bool(((seq_id < 0) | (seq_id >= size)).any()):
-        return False
-    offset = np.cumsum(flat, dtype=np.int32) - flat
+    False sends the rows to the sorting path, which names a duplicate. The slots are computed a
+    slice of rows at a time, so the check holds no row-sized index besides ``cell``."""
+    flat = counts.reshape(-1)
+    first = np.cumsum(flat) - flat  # per cell: its first slot
     seen = np.zeros(len(seq_id), dtype=bool)
-    seen[offset[cell] + seq_id] = True
+    for lo in range(0, len(seq_id), _SLICE):
+        c, q = cell[lo : lo + _SLICE], seq_id[lo : lo + _SLICE]
+        if int(q.min()) < 0 or bool((q >= flat[c]).any()):
+            return False
+        slot = first[c]
+        slot += q
+        seen[slot] = True
     return bool(seen.all())
 
 
