@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from diagnosers.detectors.base import CauseMatch, Evidence
+from diagnosers.remedy_model import Remedy
 from diagnosers.vocab import CauseId, Location, Pattern, Resource, Spatial, Temporal
 
 
@@ -177,3 +178,36 @@ def test_the_vocabulary_imports_no_pydantic() -> None:
         "assert 'pydantic' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class OldRemedy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cause_id: str
+    action: str
+    predicted_speedup: float = Field(ge=1.0, description="T_now / T_after from a what-if run")
+    destructive: bool = Field(
+        default=False, description="the action takes machines out of the job or restarts it (e.g. a drain)"
+    )
+    details: dict[str, float | int | str | list[int] | list[float] | None] = Field(default_factory=dict)
+
+
+def test_pydantic_describes_the_remedy_as_the_model() -> None:
+    new = TypeAdapter(Remedy).json_schema()
+    new.pop("description", None)
+    assert _shape(new) == _shape(OldRemedy.model_json_schema())
+
+
+@pytest.mark.parametrize("value", [*EVIDENCE, [1, 2], [1.5, 2.0], [2.0, 1]], ids=repr)
+@pytest.mark.parametrize("speedup", [1.5, 1, 0.5, np.float64(1.25), "2"])
+@pytest.mark.parametrize("destructive", [True, 0, "yes"])
+def test_remedy_converts_and_refuses_as_the_model(value: Any, speedup: Any, destructive: Any) -> None:
+    kw = {"cause_id": "gc-pause", "action": "a", "predicted_speedup": speedup,
+          "destructive": destructive, "details": {"k": value, "ranks": [1, 2]}}
+    new, old = _outcome(lambda: Remedy(**kw)), _outcome(lambda: OldRemedy(**kw))
+    assert new == old
+    if new[0] == "ok":
+        made, ref = Remedy(**kw), OldRemedy(**kw)
+        assert repr(made.details) == repr(ref.details)
+        assert repr(made.predicted_speedup) == repr(ref.predicted_speedup)
+        assert repr(made.destructive) == repr(ref.destructive)
