@@ -7,9 +7,16 @@ with a past incident field by field.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from diagnosers.plainmodel import PlainModel, pydantic_checked, validating
+
+if TYPE_CHECKING:
+    # a pydantic model (the incident library's signatures extend it), imported on first use so
+    # that the vocabulary itself needs no pydantic: ``from diagnosers.vocab import CauseSignature``
+    from diagnosers.signature import CauseSignature  # noqa: F401  (re-exported)
 
 # The method's thresholds and the fidelity verdict live in a module without pydantic, so the
 # analyze path can read them without importing it; they are part of the vocabulary all the same.
@@ -90,7 +97,8 @@ class Resource(StrEnum):
     LAUNCH = "launch"
 
 
-class Pattern(BaseModel):
+@dataclass
+class Pattern(PlainModel):
     """A cause's shape in the vocabulary's terms; any field may be unknown.
 
     ``onset_step`` is the first step id at which a cause with ``temporal == onset`` is present (a
@@ -99,23 +107,33 @@ class Pattern(BaseModel):
     says "from some point on").
     """
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     spatial: Spatial | None = None
     temporal: Temporal | None = None
     resource: Resource | None = None
-    onset_step: int | None = Field(default=None, ge=0)
+    onset_step: int | None = field(default=None, metadata={"ge": 0})
 
-    @model_validator(mode="after")
-    def _onset_step_needs_onset(self) -> Pattern:
-        if self.onset_step is not None and self.temporal != Temporal.ONSET:
-            shown = self.temporal.value if self.temporal else None
-            raise ValueError(f"onset_step {self.onset_step} is given but temporal is {shown!r}; "
-                             "an onset step belongs to temporal 'onset'")
-        return self
+    def __post_init__(self) -> None:
+        onset_ok = self.onset_step is None or self.temporal == Temporal.ONSET
+        if validating():  # pydantic built it: its ValueError becomes pydantic's ValidationError
+            if not onset_ok:
+                shown = self.temporal.value if self.temporal else None
+                raise ValueError(f"onset_step {self.onset_step} is given but temporal is {shown!r}; "
+                                 "an onset step belongs to temporal 'onset'")
+            return
+        plain = (
+            (self.spatial is None or type(self.spatial) is Spatial)
+            and (self.temporal is None or type(self.temporal) is Temporal)
+            and (self.resource is None or type(self.resource) is Resource)
+            and (self.onset_step is None or (type(self.onset_step) is int and self.onset_step >= 0))
+        )
+        if not (plain and onset_ok):
+            pydantic_checked(self)
 
 
-class Location(BaseModel):
+@dataclass
+class Location(PlainModel):
     """Where a cause acts. Every list names the affected members explicitly.
 
     - ``dp_ranks`` / ``pp_ranks``: the DP and PP coordinates involved (a hot PP row lists all its DP
@@ -127,27 +145,21 @@ class Location(BaseModel):
     An empty list means "not applicable / unknown", never "none affected".
     """
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
-    dp_ranks: list[int] = Field(default_factory=list)
-    pp_ranks: list[int] = Field(default_factory=list)
-    ranks: list[int] = Field(default_factory=list)
-    hosts: list[int] = Field(default_factory=list)
-    steps: list[int] = Field(default_factory=list)
+    dp_ranks: list[int] = field(default_factory=list)
+    pp_ranks: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    hosts: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
 
-
-class CauseSignature(BaseModel):
-    """A cause with its shape: what a diagnosis says, what a label holds, what an incident records.
-
-    The incident library compares these field by field to find similar cases.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    cause: CauseId
-    pattern: Pattern = Field(default_factory=Pattern)
-    location: Location | None = None
-    confidence: float | None = Field(None, ge=0.0, le=1.0)
+    def __post_init__(self) -> None:
+        if validating():
+            return
+        for values in (self.dp_ranks, self.pp_ranks, self.ranks, self.hosts, self.steps):
+            if type(values) is not list or not all(type(v) is int for v in values):
+                pydantic_checked(self)
+                return
 
 
 # Broad incident categories of the fact sheet (research/incident_facts.jsonl) mapped to cause ids.
@@ -192,3 +204,12 @@ UNRELIABLE_CONFIDENCE_FACTOR = 0.5
 # machine is at fault weakens as the machine's share of the job grows. host_cluster() in the
 # detectors uses the same quarter for a fault that is local.
 DRAIN_MAX_JOB_SHARE = 0.25
+
+
+def __getattr__(name: str) -> Any:
+    # CauseSignature lives in diagnosers.signature (pydantic), imported when first asked for
+    if name == "CauseSignature":
+        from diagnosers.signature import CauseSignature
+
+        return CauseSignature
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,44 +11,103 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
-from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, CauseSignature, Location, Pattern
+from diagnosers.plainmodel import PlainModel, pydantic_checked, validating
+from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, Location, Pattern
+
+if TYPE_CHECKING:
+    from diagnosers.signature import CauseSignature
 
 _T = TypeVar("_T")
 
 Evidence = dict[str, float | int | str | bool | list[float] | list[int] | list[str] | None]
 
 
-class CauseMatch(BaseModel):
+# The verdict's value types are plain dataclasses that pydantic validates and describes where it
+# is loaded (the models holding them: Diagnosis, the server's results), with the JSON schema they
+# had as models (:mod:`diagnosers.plainmodel`): the CLI's diagnosis imports no pydantic.
+@dataclass(kw_only=True)
+class CauseMatch(PlainModel):
     """A detector's verdict: which cause, how sure, where, what shape, and the numbers behind it."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     id: CauseId
-    confidence: float = Field(ge=0.0, le=1.0)
+    confidence: float = field(metadata={"ge": 0.0, "le": 1.0})
     location: Location
     pattern: Pattern
-    evidence: Evidence = Field(default_factory=dict)
+    evidence: Evidence = field(default_factory=dict)
     summary: str
-    categories: list[str] = Field(default_factory=list, description="matching incident categories")
-    marginal_gain: float | None = Field(
-        default=None,
-        ge=1.0,
-        description="job speedup T_now / T_after if only this cause were fixed and every other left "
-        "as it is, simulated by the what-if engine (set by the diagnosis; None when not simulated)",
+    categories: list[str] = field(
+        default_factory=list, metadata={"description": "matching incident categories"}
     )
-    marginal_basis: str | None = Field(default=None, description="what the marginal-gain run changed")
+    marginal_gain: float | None = field(
+        default=None,
+        metadata={
+            "ge": 1.0,
+            "description": "job speedup T_now / T_after if only this cause were fixed and every "
+            "other left as it is, simulated by the what-if engine (set by the diagnosis; None when "
+            "not simulated)",
+        },
+    )
+    marginal_basis: str | None = field(
+        default=None, metadata={"description": "what the marginal-gain run changed"}
+    )
+
+    def __post_init__(self) -> None:
+        if validating():
+            return
+        c, g, b = self.confidence, self.marginal_gain, self.marginal_basis
+        plain = (
+            type(self.id) is CauseId
+            and type(c) is float
+            and 0.0 <= c <= 1.0
+            and type(self.location) is Location
+            and type(self.pattern) is Pattern
+            and type(self.summary) is str
+            and _plain_evidence(self.evidence)
+            and type(self.categories) is list
+            and all(type(x) is str for x in self.categories)
+            and (g is None or (type(g) is float and g >= 1.0))
+            and (b is None or type(b) is str)
+        )
+        if not plain:
+            pydantic_checked(self)
 
     def signature(self) -> CauseSignature:
         """The comparable signature the incident library searches with."""
+        from diagnosers.signature import CauseSignature
+
         return CauseSignature(
             cause=self.id, pattern=self.pattern, location=self.location, confidence=self.confidence
         )
+
+
+_SCALARS = (float, int, str, bool, type(None))
+
+
+def _plain_evidence(evidence: Any) -> bool:
+    """Whether every evidence value is one pydantic keeps as it is: a float, int, str, bool or None,
+    or a list (empty, or of floats, of ints or of strs, one type each). Anything else (numpy
+    scalars, tuples, mixed lists) is pydantic's to convert or refuse."""
+    if type(evidence) is not dict:
+        return False
+    for key, value in evidence.items():
+        kind = type(value)
+        if type(key) is not str:
+            return False
+        if kind in _SCALARS or (kind is list and not value):
+            continue
+        if kind is not list or type(value[0]) not in (float, int, str):
+            return False
+        first = type(value[0])
+        if any(type(x) is not first for x in value):
+            return False
+    return True
 
 
 def categories_for(cause: CauseId) -> list[str]:

@@ -1,0 +1,99 @@
+"""Plain dataclasses that pydantic validates and describes, without importing it until needed.
+
+The diagnosis's small value types (``Location``, ``Pattern``, ``CauseSignature``) are built on
+every path, the CLI's included, where importing pydantic costs more than the diagnosis of a small
+job. They are dataclasses that pydantic validates as fields of the models that hold them and
+describes with the JSON schema they had as models (field metadata: bounds, descriptions; the
+class's ``__pydantic_config__``: no extra keys). A constructor given values already of their
+fields' types keeps them as they are; any other value goes through pydantic's validation of the
+class (:func:`pydantic_checked`), so conversions and error messages are pydantic's, as for
+``diagnosers.model.JobMeta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from contextvars import ContextVar
+from enum import Enum
+from typing import Any, Self
+
+# set while pydantic validates a value of one of these classes: the instances it builds have
+# validated fields, and a rule's ValueError raised then becomes pydantic's ValidationError
+_VALIDATING: ContextVar[bool] = ContextVar("plainmodel_validating", default=False)
+
+
+def validating() -> bool:
+    """Whether pydantic is building the instance being initialised (its fields are validated)."""
+    return _VALIDATING.get()
+
+
+_ADAPTERS: dict[type, Any] = {}
+
+
+def _adapter(cls: type) -> Any:
+    """pydantic's ``TypeAdapter`` of ``cls``, built once."""
+    if cls not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def pydantic_checked(obj: Any) -> None:
+    """Replace ``obj``'s fields by pydantic's validation of them: its conversions, or its
+    ``ValidationError`` naming the field."""
+    given = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    token = _VALIDATING.set(True)
+    try:
+        checked = _adapter(type(obj)).validate_python(given)
+    finally:
+        _VALIDATING.reset(token)
+    obj.__dict__.update(checked.__dict__)
+
+
+def dump(value: Any, json: bool) -> Any:
+    """``value`` as pydantic's ``model_dump`` gives it: dataclasses as dicts (field order), enums
+    as their values in JSON mode, containers copied."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: dump(getattr(value, f.name), json) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value if json else value
+    if isinstance(value, list):
+        return [dump(v, json) for v in value]
+    if isinstance(value, tuple):
+        return [dump(v, json) for v in value] if json else tuple(dump(v, json) for v in value)
+    if isinstance(value, dict):
+        return {k: dump(v, json) for k, v in value.items()}
+    return value
+
+
+class PlainModel:
+    """The pydantic model methods the callers of these value types use."""
+
+    def model_dump(self, mode: str = "python") -> dict[str, Any]:
+        """The fields as a dict (nested values too; enums as values with ``mode="json"``)."""
+        out: dict[str, Any] = dump(self, mode == "json")
+        return out
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+        """A copy with ``update``'s fields replaced (validated like a new instance)."""
+        return dataclasses.replace(self, **dict(update or {}))  # type: ignore[type-var]
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Self:
+        """An instance from a mapping (or an instance), validated by pydantic."""
+        if isinstance(data, cls):
+            return data
+        token = _VALIDATING.set(True)
+        try:
+            out: Self = _adapter(cls).validate_python(data)
+        finally:
+            _VALIDATING.reset(token)
+        return out
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]:
+        """The JSON schema pydantic gives the class (as when it was a model)."""
+        out: dict[str, Any] = _adapter(cls).json_schema()
+        return out
