@@ -12,9 +12,9 @@ weak slow ranks and four healthy jobs, stored before the enqueue round's rule ch
 diagnosis of it, run once at that round's end (seen data since); ``kineto_plain_heldout6``
 (``--part heldout6``) a sixth, weighted toward slow ranks (seven of eleven), stored before the
 freeze round's rule changes and any diagnosis of it, run once at that round's end;
-``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the
-top cause and its ranks, the slowdown and the simulation error; then the share found (cause and
-rank).
+``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks. Per
+recording: the truth from its ``injections.json``, the top cause and its ranks, the slowdown and
+the simulation error; then the share found (cause and rank).
 """
 
 from __future__ import annotations
