@@ -9,10 +9,12 @@ look); ``kineto_plain_heldout4`` (``--part heldout4``) a fourth, with 2-, 3- and
 after that second look and before any diagnosis of it, run once with the rules unchanged (seen
 data since); ``kineto_plain_heldout5`` (``--part heldout5``) a fifth, with 2-, 3- and 4-rank jobs,
 weak slow ranks and four healthy jobs, stored before the enqueue round's rule changes and any
-diagnosis of it, run once at that round's end; ``kineto_plain_tune2`` (``--part tune2``) five
-tuning recordings of 3 and 4 ranks. Per recording: the truth from its ``injections.json``, the
-top cause and its ranks, the slowdown and the simulation error; then the share found (cause and
-rank).
+diagnosis of it, run once at that round's end (seen data since); ``kineto_plain_heldout6``
+(``--part heldout6``) a sixth, weighted toward slow ranks (seven of eleven), stored before the
+freeze round's rule changes and any diagnosis of it, run once at that round's end;
+``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks. Per
+recording: the truth from its ``injections.json``, the top cause and its ranks, the slowdown and
+the simulation error; then the share found (cause and rank).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from diagnosers.whatif import analyze
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2",
          "heldout3": "kineto_plain_heldout3", "heldout4": "kineto_plain_heldout4",
-         "heldout5": "kineto_plain_heldout5", "tune2": "kineto_plain_tune2"}
+         "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
+         "tune2": "kineto_plain_tune2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -63,7 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
     ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2 ... heldout5: the second to fifth held-out sets)")
+                    help="run this part (heldout2 ... heldout6: the second to sixth held-out sets)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
     run(DATA / PARTS[part])

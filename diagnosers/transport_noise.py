@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.base import TraceStats
-from diagnosers.detectors.gc_pause import paused_forwards
+from diagnosers.detectors.gc_pause import paused_forwards, simultaneous_freezes
 from diagnosers.kernel_graph import node_label
 from diagnosers.model import OPTYPE_CODE, OpTable, Trace
 from diagnosers.report import WhatIfReport
@@ -191,7 +191,11 @@ def host_bursts(
     cap = np.where(burst[None], np.median(x, axis=2, keepdims=True), np.inf)
     stats = compute_stats(trace, engine)
     keep = np.zeros(len(trace.ops), dtype=bool)
-    keep[stats.fwd_index[paused_forwards(stats)]] = True  # a pause stays: it is the GC's
+    pauses = stats.fwd_index[paused_forwards(stats)]
+    # a pause stays: it is the GC's; a freeze of several workers at one moment is the host's
+    cell = stats.op_dp[pauses].astype(np.int64) * stats.pp + stats.op_pp[pauses]
+    frozen = simultaneous_freezes(stats, pauses, cell, stats.op_step_index[pauses])
+    keep[pauses[~frozen]] = True
     if keep.any():
         kept = np.zeros_like(engine.orig_dense, dtype=bool)
         kept[t.node_of_row[keep], t.dp_of_row[keep], t.step_of_row[keep]] = True

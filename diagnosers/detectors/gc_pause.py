@@ -57,6 +57,9 @@ REL_MIN = OUTLIER_REL
 NOISE_P = 0.01
 # A job-wide stall: this share of the workers paused in the same step, all at one moment.
 STALL_WORKERS = 0.75
+# One freeze of several workers: paused forwards of different workers in one step whose spans
+# overlap by at least this share of the longer one (the same moment and about as long).
+FREEZE_OVERLAP = 0.9
 # A pause stands this many times above the largest excess of the forwards that do not look paused
 # (the job's own op-duration tail): ordinary forwards passing the z test on a noisy host reach
 # 1.1-1.5x that tail, real collections 100x and more (real recordings, docs/ACCURACY.md).
@@ -161,6 +164,32 @@ def job_wide_stall_steps(
     return [int(i) for i in np.unique(step_idx) if len(np.unique(cell[step_idx == i])) >= need]
 
 
+def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: npt.NDArray[np.int64],
+                         step_idx: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Per paused forward (op-table ``rows``, their workers ``cell`` and step indices): whether it
+    is one freeze with a paused forward of another worker in the same step, the two spans
+    overlapping by at least ``FREEZE_OVERLAP`` of the longer one.
+
+    A collector runs on each process's own schedule and for as long as that process's heap takes;
+    two processes stopped at the same moment for the same time are stopped by one thing outside
+    them (the host, a shared filesystem), a job-wide stall of those workers, not two collections.
+    All False without op start times."""
+    out = np.zeros(len(rows), dtype=bool)
+    if stats.op_start is None or len(rows) < 2:
+        return out
+    start = stats.op_start[rows]
+    end = start + stats.transfer[rows]
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            if cell[i] == cell[j] or step_idx[i] != step_idx[j]:
+                continue
+            overlap = min(end[i], end[j]) - max(start[i], start[j])
+            longer = max(end[i] - start[i], end[j] - start[j])
+            if longer > 0 and overlap >= FREEZE_OVERLAP * longer:
+                out[i] = out[j] = True
+    return out
+
+
 @register(CauseId.GC_PAUSE)
 def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     """Match sporadic, forward-only pauses spread over workers and steps."""
@@ -200,6 +229,22 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         paused = paused.copy()
         paused[np.flatnonzero(paused)[~keep]] = False
         rows, cell, step_idx = rows[keep], cell[keep], step_idx[keep]
+        if not paused.any():
+            return None
+    frozen = simultaneous_freezes(stats, rows, cell, step_idx)
+    if frozen.any():
+        # Several workers stopped at one moment for as long: one freeze outside the processes
+        # (a collector pauses one process on its own schedule). Judge the rest without it.
+        ids = sorted({int(stats.steps[i]) for i in step_idx[frozen]})
+        workers = sorted({int(c // stats.pp) for c in cell[frozen]})
+        note = (f"host-wide freeze: the forwards of DP ranks {workers} stopped at the same moment and "
+                f"for as long in step(s) {ids} (not a GC pause: a collector stops one process on its "
+                "own schedule)")
+        if note not in stats.notes:
+            stats.notes.append(note)
+        paused = paused.copy()
+        paused[np.flatnonzero(paused)[frozen]] = False
+        rows, cell, step_idx = rows[~frozen], cell[~frozen], step_idx[~frozen]
         if not paused.any():
             return None
     pairs = np.unique(cell * stats.n_steps + step_idx)

@@ -4,7 +4,10 @@ the kernel-level diagnosis gets right (top cause and its ranks against ``injecti
 
 Pins the figure written in the docs, both ways: a rule change that loses a recording fails here,
 and one that gains a missed one fails too, so the figure in the docs is updated with it (and then
-stated as a second look, since this part is seen data after its one run)."""
+stated as a second look, since this part is seen data after its one run). The run-once figure
+was 9 of 14 (``RUN_ONCE_MISSED``); since a freeze of several workers at one moment stopped being
+read as GC (docs/ACCURACY.md, "The freeze round") ``fsdp-slow-3rank`` names no cause: still a
+miss (its slow rank is not found), no longer a false GC finding."""
 
 from __future__ import annotations
 
@@ -16,13 +19,15 @@ PART = Path(__file__).resolve().parents[1] / "data" / "kineto_plain_heldout5"
 CAUSE_OF = (("slow_rank", "faulty-machine"), ("gc_rank", "gc-pause"), ("stall_rank", "dataloader-stall"))
 # The figure of the one run: 9 of 14. Three slow ranks under the host's noise or the noise view's
 # low bias (none found), a host-wide freeze read as GC, and a GC finding with an extra rank.
-MISSED = {
+RUN_ONCE_MISSED = {
     "ddp-slow-2rank": ("none", []),
     "ddp-slow-4rank": ("none", []),
     "fsdp-slow-2rank": ("none", []),
     "fsdp-slow-3rank": ("gc-pause", [0, 2]),
     "fsdp-gc-2rank": ("gc-pause", [0, 1]),
 }
+# The second look (seen data): the freeze is no GC pause any more; the slow rank stays unfound.
+MISSED = {**RUN_ONCE_MISSED, "fsdp-slow-3rank": ("none", [])}
 
 
 def _truth(folder: Path) -> tuple[str, list[int]]:
@@ -33,7 +38,7 @@ def _truth(folder: Path) -> tuple[str, list[int]]:
     return "none", []
 
 
-def test_the_fifth_held_out_part_keeps_its_run_once_figure() -> None:
+def test_the_fifth_held_out_part_keeps_its_second_look_figure() -> None:
     folders = sorted(p for p in PART.iterdir() if (p / "injections.json").exists())
     assert len(folders) == 14
     got = {f.name: top_cause(f) for f in folders}
