@@ -33,7 +33,8 @@ def expire(lens: Lens, now: datetime | None = None) -> list[str]:
 
 
 async def retention_loop(lens: Lens) -> None:
-    """``expire`` now and every ``retention_check_s`` seconds, until cancelled."""
+    """``expire`` every ``retention_check_s`` seconds, until cancelled (the start's expiry runs
+    before the server serves: ``open_lens``)."""
     while True:
-        await anyio.to_thread.run_sync(expire, lens)
         await anyio.sleep(lens.settings.retention_check_s)
+        await anyio.to_thread.run_sync(expire, lens)

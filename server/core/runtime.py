@@ -118,10 +118,13 @@ async def open_lens(settings: Settings) -> AsyncIterator[Lens]:
         if settings.retention_days is None:
             yield lens
         else:
-            from server.core.lifecycle import retention_loop
+            from server.core.lifecycle import expire, retention_loop
 
+            # "deleted at start": the first expiry ends before the first request is served, so
+            # no listing shows a trace the settings already expired
+            await anyio.to_thread.run_sync(expire, lens)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(retention_loop, lens)  # expires once now, then periodically
+                tg.start_soon(retention_loop, lens)  # then periodically
                 yield lens
                 tg.cancel_scope.cancel()
     finally:

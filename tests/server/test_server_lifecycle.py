@@ -23,7 +23,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def upload(live: Live, tag: str, headers: dict[str, str] | None = None) -> str:
     r = httpx.post(
-        f"{live.url}/api/traces?filename={tag}.jsonl", content=native_jsonl(2, tag=tag), headers=headers or {}
+        f"{live.url}/api/traces?filename={tag}.jsonl",
+        content=native_jsonl(2, tag=tag),
+        headers=headers or {},
+        timeout=60,  # an upload is parsed and stored before the reply: slow on a loaded host
     )
     assert r.status_code == 201, r.text
     return str(r.json()["trace_id"])
@@ -80,7 +83,8 @@ def test_retention_deletes_old_traces_at_start(tmp_path: Path) -> None:
     _age(data, old, 10)
     _age(data, new, 1)
     with LiveServer(Settings(data_dir=data, retention_days=7)) as live:
-        ids = {t["trace_id"] for t in httpx.get(f"{live.url}/api/traces").json()["items"]}
+        # a generous timeout: the first request after start-up can queue behind it on a loaded host
+        ids = {t["trace_id"] for t in httpx.get(f"{live.url}/api/traces", timeout=60).json()["items"]}
     assert ids == {new}
     assert not (data / "traces" / old).exists() and (data / "traces" / new).is_dir()
 
