@@ -614,12 +614,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second
     # measurement a small job's bar (about where its slowest healthy worker sits, plus 2) holds.
     # Not from two steps: a median of two noisy ratios is no speed factor.
+    # The fast-op factor (``fast_op_factors``) may stand in compute's place: the same ops, read
+    # where the host's descheduling noise is small (alone at OUTLIER_Z, or with the optimizer).
+    z_fast = fast_op_outlier_z(stats, cells, affected) if int(affected.sum()) >= JOINT_MIN_STEPS else -np.inf
     joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
-        joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
-        # ... or with the fast-op factor in compute's place (``fast_op_factors``): the same ops,
-        # read where the host's descheduling noise is small
-        or joint_outlier_z(stats, cells, affected, floor, fast_op_outlier_z(stats, cells, affected))
-        >= small_job_outlier_bar(n_workers)
+        z_fast >= OUTLIER_Z
+        or joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
+        or joint_outlier_z(stats, cells, affected, floor, z_fast) >= small_job_outlier_bar(n_workers)
     )
     # ... or with one op position slow in nearly every step as the second measurement (a slow
     # layer of a kernel-level job, which leaves the optimizer step alone)

@@ -103,3 +103,14 @@ def test_slow_sends_keep_their_slow_communication() -> None:
     for part, name in sends:
         s = recordings.score_folder(widened_folder(part, name))
         assert s.right, (part, name, s.got)
+
+
+def test_the_fast_op_factor_alone_at_the_outlier_bar_finds_a_machine() -> None:
+    # heldout6 slow-rank-last-3x2 (12 ms on rank 5, looked at after its part's one run): compute
+    # outlier z 4.56 < OUTLIER_Z, and no joint test (its optimizer noise follows compute's, rho
+    # 0.56); its fast-op z alone is 5.3
+    stats = _stats("heldout6", "slow-rank-last-3x2")
+    affected = np.ones(stats.n_steps, dtype=bool)
+    assert faulty_machine.fast_op_outlier_z(stats, [(2, 1)], affected) >= faulty_machine.OUTLIER_Z
+    s = recordings.score_folder(widened_folder("heldout6", "slow-rank-last-3x2"))
+    assert s.right and s.got[0][0] == "faulty-machine" and list(s.got[0][2]) == [5]
