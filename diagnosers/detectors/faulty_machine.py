@@ -102,6 +102,13 @@ JOINT_MIN_STEPS = 3
 # The optimizer counts as a second measurement only while its step-to-step noise correlates with
 # compute's at no more than this (a generator's per-worker-step factor moves both alike: ~0.98).
 JOINT_MAX_RHO = 0.5
+# The fast-op speed factor (``fast_op_factors``): this percentile of a worker's forward (and
+# backward) durations. A busy host lengthens ops sporadically (a descheduled process); a slow
+# machine lengthens every op, its fastest ones included.
+FAST_OP_QUANTILE = 0.1
+# ... and the spread of the others' fast-op factors is never taken below this (log units, about
+# 5%): with a handful of workers their MAD can be near zero by chance.
+FAST_OP_MIN_SIGMA = 0.05
 
 
 def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
@@ -313,6 +320,54 @@ def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affecte
     step_se = floor.optimizer * 1.25 / np.sqrt(max(int(affected.sum()), 1))
     sigma = max(1.4826 * float(np.median(np.abs(others - med))), step_se)
     return float(min((factor[d, p] - med) / max(sigma, 1e-12) for d, p in cells))
+
+
+def fast_op_factors(stats: TraceStats, affected: np.ndarray, cells: list[tuple[int, int]]) -> np.ndarray:
+    """(dp, pp) each worker's fast-op speed factor: the mean over forward and backward of the log of
+    its ``FAST_OP_QUANTILE`` op duration (lower quantile, in the ``affected`` steps) over the median
+    of the same over its stage's workers outside ``cells`` (``peer_reference``). NaN for a worker
+    without such ops; 0 for all of them when the job records neither type.
+
+    Why: on a busy host a worker's step compute moves by +-50% because its process is descheduled
+    in some ops and not others; that noise is one-sided and sporadic, so the fastest of a worker's
+    ops are nearly free of it. A slow machine (a throttled GPU, a slow core) lengthens every op, the
+    fastest ones too. The lower quantile thus measures the machine's speed where the step sums
+    measure mostly the host's contention (on the example job's recordings the injected slow rank
+    has the job's highest factor in every persistent case, 1.13-4.5x)."""
+    out = np.zeros((stats.dp, stats.pp))
+    used = 0
+    in_steps = affected[stats.op_step_index]
+    for code in (FWD, BWD):
+        rows = np.flatnonzero((stats.optype == code) & in_steps)
+        if not rows.size:
+            continue
+        worker = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
+        dur = stats.transfer[rows]
+        order = np.lexsort((dur, worker))
+        n = np.bincount(worker, minlength=stats.dp * stats.pp)
+        start = np.cumsum(n) - n
+        pick = start + np.floor(FAST_OP_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
+        q = np.where(n > 0, dur[order][np.minimum(pick, len(rows) - 1)], np.nan)
+        q = q.reshape(stats.dp, stats.pp)
+        ref = peer_reference(np.nan_to_num(q, nan=0.0)[None], cells)[0]
+        out += np.log(np.maximum(q, 1e-12) / np.maximum(ref, 1e-12)[None, :])
+        used += 1
+    return out / max(used, 1)
+
+
+def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:
+    """The smallest, over the cells, of the fast-op factor's (``fast_op_factors``) robust z among
+    the workers outside ``cells``: distance from their median over the larger of their MAD
+    (as a standard deviation) and ``FAST_OP_MIN_SIGMA``. -inf with fewer than two others or no
+    forward/backward ops."""
+    factor = fast_op_factors(stats, affected, cells)
+    others = _outside(factor, cells, stats)
+    others = others[np.isfinite(others)]
+    if others.size < 2 or not all(np.isfinite(factor[d, p]) for d, p in cells):
+        return float("-inf")
+    med = float(np.median(others))
+    sigma = max(1.4826 * float(np.median(np.abs(others - med))), FAST_OP_MIN_SIGMA)
+    return float(min((factor[d, p] - med) / sigma for d, p in cells))
 
 
 def small_job_outlier_bar(n_workers: int) -> float:
@@ -559,8 +614,13 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second
     # measurement a small job's bar (about where its slowest healthy worker sits, plus 2) holds.
     # Not from two steps: a median of two noisy ratios is no speed factor.
+    # The fast-op factor (``fast_op_factors``) may stand in compute's place: the same ops, read
+    # where the host's descheduling noise is small (alone at OUTLIER_Z, or with the optimizer).
+    z_fast = fast_op_outlier_z(stats, cells, affected) if int(affected.sum()) >= JOINT_MIN_STEPS else -np.inf
     joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
-        joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
+        z_fast >= OUTLIER_Z
+        or joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
+        or joint_outlier_z(stats, cells, affected, floor, z_fast) >= small_job_outlier_bar(n_workers)
     )
     # ... or with one op position slow in nearly every step as the second measurement (a slow
     # layer of a kernel-level job, which leaves the optimizer step alone)

@@ -1,6 +1,6 @@
-"""The run-once figure of the fifth held-out part of the example job's recordings
-(``tests/data/kineto_widened/heldout5``, docs/ACCURACY.md, "Fourth round"): which recordings the
-diagnosis gets right (top cause and its ranks, scored by ``bench/recordings.py`` against
+"""The fifth held-out part of the example job's recordings (``tests/data/kineto_widened/heldout5``;
+its run-once figure in docs/ACCURACY.md, "Fourth round", its second look in "Fifth round"): which
+recordings the diagnosis gets right (top cause and its ranks, scored by ``bench/recordings.py`` against
 ``injections.json``).
 
 Pins the figure written in the docs, both ways: a rule change that loses a recording fails here,
@@ -19,24 +19,27 @@ import recordings  # noqa: E402
 
 from tests._support.recorded import WIDENED, widened_folder  # noqa: E402
 
-# The figure of the one run: 12 of 17. Each miss: (top cause, its ranks) as diagnosed.
+# The figure of the one run was 12 of 17, with slow-rank-2x3 missed too (stage 0's one-step DP
+# stall read as slow communication first). Since then the part is seen data: the fifth round's
+# rules (docs/ACCURACY.md, "Fifth round") find that slow rank; its second look is 13 of 17, and
+# send-delay-4x2 names a faulty machine at an untouched rank (its fastest ops 2.1x its peers').
+# Each miss: (top cause, its ranks) as diagnosed.
 MISSED = {
     "send-delay-3x2": ("none", []),  # 15 ms in rank 0's sends, lost in batched-transfer waits
-    "send-delay-4x2": ("none", []),  # 12 ms in rank 2's sends, its link 1.65x its peers'
-    "slow-rank-2x3": ("slow-communication", [0, 1]),  # 15 ms at DP 2 under 2-5x step noise
+    "send-delay-4x2": ("faulty-machine", [1]),  # 12 ms in rank 2's sends, its link 1.65x its peers'
     "slow-rank-2x4": ("none", []),  # 12 ms at DP 2; S = 1.026, under the decomposition threshold
     "slow-rank-weak-4x2": ("slow-communication", [1, 5]),  # 3 ms (about 1.3x) at DP 4
 }
 
 
-def test_the_fifth_held_out_part_keeps_its_run_once_figure() -> None:
+def test_the_fifth_held_out_part_keeps_its_second_look_figure() -> None:
     folders = recordings.folders("heldout5")
     assert len(folders) == 17 and all(f.parent == WIDENED / "heldout5" for f in folders)
     scored = {f.name: recordings.score_folder(f) for f in folders}
     got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
     missed = {n: got[n] for n, s in scored.items() if not s.right}
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 12
+    assert sum(s.right for s in scored.values()) == 13
     # the three healthy recordings name no cause at all; nothing is silent
     healthy = [s for s in scored.values() if s.healthy]
     assert len(healthy) == 3 and all(not s.got for s in healthy)
@@ -44,6 +47,7 @@ def test_the_fifth_held_out_part_keeps_its_run_once_figure() -> None:
     assert not any(s.silent_miss for s in scored.values())
     # the right ones of each shape, the weak 1.4x slow rank and both onsets among them
     assert scored["slow-rank-weak-3x2"].right and scored["onset-2x4"].right and scored["onset-3x2"].right
+    assert scored["slow-rank-2x3"].right
 
 
 def test_the_heavy_stage_recording_also_names_a_false_onset_machine() -> None:

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3, heldout4 and heldout5 likewise. PART (tune, heldout,
-# heldout2, heldout3, heldout4, heldout5) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3, heldout4, heldout5 and heldout6 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -103,3 +103,18 @@ rec heldout5 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 154 --send-de
 rec heldout5 var-seq-2x4            --dp 2 --pp 4 --steps 6 --seed 155 --var-seq --seq 64
 rec heldout5 gc-pause-2x4           --dp 2 --pp 4 --steps 6 --seed 156 --gc-pause
 rec heldout5 dataloader-stall-2x3   --dp 2 --pp 3 --steps 6 --seed 157 --stall-rank 4 --stall-ms 80
+# --- held out, sixth set (recorded and committed before the fifth round of detector changes; diagnosed once, at its end) ---
+rec heldout6 healthy-2x3            --dp 2 --pp 3 --steps 6 --seed 161
+rec heldout6 healthy-4x2            --dp 4 --pp 2 --steps 6 --seed 162
+rec heldout6 slow-rank-weak-2x4     --dp 2 --pp 4 --steps 6 --seed 163 --slow-rank 3 --slow-ms 4
+rec heldout6 slow-rank-weak-4x2     --dp 4 --pp 2 --steps 6 --seed 164 --slow-rank 6 --slow-ms 5
+rec heldout6 slow-rank-weak-2x3     --dp 2 --pp 3 --steps 6 --seed 165 --slow-rank 0 --slow-ms 6
+rec heldout6 slow-rank-2x4          --dp 2 --pp 4 --steps 6 --seed 166 --slow-rank 7 --slow-ms 10
+rec heldout6 slow-rank-2x3          --dp 2 --pp 3 --steps 6 --seed 167 --slow-rank 3 --slow-ms 13
+rec heldout6 slow-rank-4x2          --dp 4 --pp 2 --steps 6 --seed 168 --slow-rank 1 --slow-ms 14
+rec heldout6 slow-rank-last-3x2     --dp 3 --pp 2 --steps 6 --seed 169 --slow-rank 5 --slow-ms 12
+rec heldout6 send-delay-2x4         --dp 2 --pp 4 --steps 6 --seed 170 --send-delay-rank 2 --send-delay-ms 15
+rec heldout6 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 171 --send-delay-rank 2 --send-delay-ms 12
+rec heldout6 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 172 --send-delay-rank 0 --send-delay-ms 15
+rec heldout6 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 173 --slow-rank 4 --slow-ms 15 --slow-from-step 5
+rec heldout6 layers-3x2             --dp 3 --pp 2 --steps 6 --seed 174 --layers-per-stage 2,1
