@@ -29,7 +29,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from diagnosers.vocab import CauseSignature, Pattern
+from diagnosers.signature import CauseSignature
+from diagnosers.vocab import Pattern
 from incidents import Library, load_library, search_incidents, similar_incidents
 from incidents.library import PACKAGE_DIR
 

@@ -21,11 +21,11 @@ from diagnosers.heatmap import Heatmap, job_heatmap
 from diagnosers.model import Trace
 from diagnosers.remedies import Remedy
 from diagnosers.report import Fidelity, WhatIfReport, assess_fidelity
+from diagnosers.signature import CauseSignature
 from diagnosers.vocab import (
     MIN_STALL_STEPS_EXPLAINED,
     UNRELIABLE_CONFIDENCE_FACTOR,
     CauseId,
-    CauseSignature,
     FidelityVerdict,
     Resource,
 )

@@ -1,6 +1,6 @@
 """Plain dataclasses that pydantic validates and describes, without importing it until needed.
 
-The diagnosis's small value types (``Location``, ``Pattern``, ``CauseSignature``) are built on
+The diagnosis's small value types (``Location``, ``Pattern``, ``CauseMatch``, ``Remedy``) are built on
 every path, the CLI's included, where importing pydantic costs more than the diagnosis of a small
 job. They are dataclasses that pydantic validates as fields of the models that hold them and
 describes with the JSON schema they had as models (field metadata: bounds, descriptions; the

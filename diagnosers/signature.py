@@ -2,7 +2,7 @@
 
 A pydantic model (the incident library's case signatures extend it with a note), kept out of
 :mod:`diagnosers.vocab` so that the vocabulary, and the diagnosis built from it, import no
-pydantic; ``diagnosers.vocab.CauseSignature`` imports this module on first use.
+pydantic; import it from here.
 """
 
 from __future__ import annotations

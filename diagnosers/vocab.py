@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from diagnosers.plainmodel import PlainModel, pydantic_checked, validating
-
-if TYPE_CHECKING:
-    # a pydantic model (the incident library's signatures extend it), imported on first use so
-    # that the vocabulary itself needs no pydantic: ``from diagnosers.vocab import CauseSignature``
-    from diagnosers.signature import CauseSignature  # noqa: F401  (re-exported)
 
 # The method's thresholds and the fidelity verdict live in a module without pydantic, so the
 # analyze path can read them without importing it; they are part of the vocabulary all the same.
@@ -204,12 +199,3 @@ UNRELIABLE_CONFIDENCE_FACTOR = 0.5
 # machine is at fault weakens as the machine's share of the job grows. host_cluster() in the
 # detectors uses the same quarter for a fault that is local.
 DRAIN_MAX_JOB_SHARE = 0.25
-
-
-def __getattr__(name: str) -> Any:
-    # CauseSignature lives in diagnosers.signature (pydantic), imported when first asked for
-    if name == "CauseSignature":
-        from diagnosers.signature import CauseSignature
-
-        return CauseSignature
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

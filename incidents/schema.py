@@ -18,7 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from diagnosers.vocab import CATEGORY_TO_CAUSES, CauseId, CauseSignature
+from diagnosers.signature import CauseSignature
+from diagnosers.vocab import CATEGORY_TO_CAUSES, CauseId
 
 CASE_ID_RE = re.compile(r"^IL-\d{4}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")

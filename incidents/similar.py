@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from diagnosers.vocab import CauseId, CauseSignature, Location, Pattern, Resource, Spatial, Temporal
+from diagnosers.signature import CauseSignature
+from diagnosers.vocab import CauseId, Location, Pattern, Resource, Spatial, Temporal
 from incidents.index import SearchIndex
 from incidents.library import Library, load_library
 from incidents.schema import CATEGORIES, Case, InvalidFilterError

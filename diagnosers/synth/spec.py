@@ -13,10 +13,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from diagnosers.signature import CauseSignature
 from diagnosers.vocab import (
     DEFAULT_GPUS_PER_HOST,
     CauseId,
-    CauseSignature,
     Location,
     Pattern,
     Resource,

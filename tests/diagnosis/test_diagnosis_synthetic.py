@@ -10,8 +10,9 @@ import pytest
 
 from diagnosers.diagnose import diagnose
 from diagnosers.remedies import best_partition
+from diagnosers.signature import CauseSignature
 from diagnosers.synth import CostModel, ScenarioSpec, generate
-from diagnosers.vocab import CauseId, CauseSignature
+from diagnosers.vocab import CauseId
 
 
 def test_healthy_job_has_no_cause_and_says_so() -> None:

@@ -174,7 +174,7 @@ def test_the_vocabulary_imports_no_pydantic() -> None:
         "from diagnosers.vocab import Location, Pattern\n"
         "Location(dp_ranks=[1]); Pattern()\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported'\n"
-        "from diagnosers.vocab import CauseSignature\n"
+        "from diagnosers.signature import CauseSignature\n"
         "assert 'pydantic' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

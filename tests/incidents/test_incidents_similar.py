@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosers.vocab import CauseId, CauseSignature, Location, Pattern, Spatial
+from diagnosers.signature import CauseSignature
+from diagnosers.vocab import CauseId, Location, Pattern, Spatial
 from incidents import InvalidFilterError, Library, UnknownIncidentError, similar_incidents
 from incidents.similar import derive_spatial
 
