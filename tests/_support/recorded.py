@@ -1,5 +1,6 @@
 """Helpers for tests on the real recordings in ``tests/data``: a recording's folder (checked to
-hold its ``injections.json``), its truth, and the top cause the diagnosis names for it."""
+hold its ``injections.json``), its truth, the top cause the diagnosis names for it, and a plain
+PyTorch part's score."""
 
 from __future__ import annotations
 
@@ -32,3 +33,32 @@ def top_cause(folder: Path) -> tuple[str, list[int]]:
     trace = load_trace([folder / "traces"])
     dg = diagnose(trace, analyze(trace))
     return (dg.causes[0].id.value, list(dg.causes[0].location.ranks)) if dg.causes else ("none", [])
+
+
+# A plain PyTorch recording's injection (``injections.json``: -1 when not injected) and the cause it
+# is diagnosed as, in the order the recorder's switches are checked.
+PLAIN_CAUSE_OF = (
+    ("slow_rank", "faulty-machine"),
+    ("gc_rank", "gc-pause"),
+    ("stall_rank", "dataloader-stall"),
+)
+
+
+def plain_truth(folder: Path) -> tuple[str, list[int]]:
+    """(cause id, ranks) a plain PyTorch recording should be diagnosed with; ("none", []) when
+    healthy."""
+    inj = truth(folder)
+    for key, cause in PLAIN_CAUSE_OF:
+        if int(str(inj[key])) >= 0:
+            return cause, [int(str(inj[key]))]
+    return "none", []
+
+
+def plain_part_score(part: str, size: int) -> tuple[set[str], dict[str, tuple[str, list[int]]]]:
+    """(the recordings diagnosed right, the missed ones with their top cause as diagnosed) of the
+    plain PyTorch part ``tests/data/<part>``, which must hold ``size`` recordings."""
+    folders = sorted(p for p in (DATA / part).iterdir() if (p / "injections.json").exists())
+    assert len(folders) == size, f"{part}: {len(folders)} recordings, expected {size}"
+    got = {f.name: top_cause(f) for f in folders}
+    right = {f.name for f in folders if got[f.name] == plain_truth(f)}
+    return right, {n: got[n] for n in sorted(set(got) - right)}

@@ -11,12 +11,8 @@ miss (its slow rank is not found), no longer a false GC finding."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from tests._support.recorded import plain_part_score
 
-from tests._support.recorded import top_cause, truth
-
-PART = Path(__file__).resolve().parents[1] / "data" / "kineto_plain_heldout5"
-CAUSE_OF = (("slow_rank", "faulty-machine"), ("gc_rank", "gc-pause"), ("stall_rank", "dataloader-stall"))
 # The figure of the one run: 9 of 14. Three slow ranks under the host's noise or the noise view's
 # low bias (none found), a host-wide freeze read as GC, and a GC finding with an extra rank.
 RUN_ONCE_MISSED = {
@@ -30,20 +26,9 @@ RUN_ONCE_MISSED = {
 MISSED = {**RUN_ONCE_MISSED, "fsdp-slow-3rank": ("none", [])}
 
 
-def _truth(folder: Path) -> tuple[str, list[int]]:
-    inj = truth(folder)
-    for key, cause in CAUSE_OF:
-        if int(str(inj[key])) >= 0:
-            return cause, [int(str(inj[key]))]
-    return "none", []
-
-
 def test_the_fifth_held_out_part_keeps_its_second_look_figure() -> None:
-    folders = sorted(p for p in PART.iterdir() if (p / "injections.json").exists())
-    assert len(folders) == 14
-    got = {f.name: top_cause(f) for f in folders}
-    right = {f.name for f in folders if got[f.name] == _truth(f)}
-    assert {n: got[n] for n in sorted(set(got) - right)} == MISSED
+    right, missed = plain_part_score("kineto_plain_heldout5", 14)
+    assert missed == MISSED
     assert len(right) == 9
     # the four healthy jobs, both 2-rank ones among them, name no cause
     assert {"ddp-healthy-2rank", "fsdp-healthy-2rank", "ddp-healthy-3rank", "fsdp-healthy-4rank"} <= right

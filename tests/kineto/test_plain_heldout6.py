@@ -8,12 +8,8 @@ stated as a second look, since this part is seen data after its one run)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from tests._support.recorded import plain_part_score
 
-from tests._support.recorded import top_cause, truth
-
-PART = Path(__file__).resolve().parents[1] / "data" / "kineto_plain_heldout6"
-CAUSE_OF = (("slow_rank", "faulty-machine"), ("gc_rank", "gc-pause"), ("stall_rank", "dataloader-stall"))
 # The figure of the one run: 7 of 11. Three slow ranks that fail one faulty-machine test each (no
 # second measurement beside a noisy outlier z, persistence in 4 of 6 steps, one slow position in 5
 # of 6), and a stall hidden by the transport-noise view's low bias.
@@ -25,20 +21,9 @@ MISSED: dict[str, tuple[str, list[int]]] = {
 }
 
 
-def _truth(folder: Path) -> tuple[str, list[int]]:
-    inj = truth(folder)
-    for key, cause in CAUSE_OF:
-        if int(str(inj[key])) >= 0:
-            return cause, [int(str(inj[key]))]
-    return "none", []
-
-
 def test_the_sixth_held_out_part_keeps_its_run_once_figure() -> None:
-    folders = sorted(p for p in PART.iterdir() if (p / "injections.json").exists())
-    assert len(folders) == 11
-    got = {f.name: top_cause(f) for f in folders}
-    right = {f.name for f in folders if got[f.name] == _truth(f)}
-    assert {n: got[n] for n in sorted(set(got) - right)} == MISSED
+    right, missed = plain_part_score("kineto_plain_heldout6", 11)
+    assert missed == MISSED
     assert len(right) == 7
     # both healthy jobs name no cause; four of the seven slow ranks are found
     assert {"ddp-healthy-4rank", "fsdp-healthy-3rank"} <= right
