@@ -11,6 +11,9 @@ its kernel-level model. Injections (the truth goes to ``injections.json``):
 - ``--stall-rank R --stall-step N --stall-ms MS``: rank R's DataLoader sleeps MS when it fetches
   step N's batch (a dataloader stall).
 
+``--seed S`` changes the model's initial weights and the batches (0, the default, is what every
+recording made before the option used).
+
 FSDP1 (``FullyShardedDataParallel``) refuses to run without an accelerator on torch 2.13
 ("FSDP needs a non-CPU accelerator device"), so ``--mode fsdp`` uses FSDP2's ``fully_shard``.
 
@@ -44,8 +47,8 @@ WAIT, WARMUP = 1, 1
 class Batches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Random batches; one fetch can stall (the injected dataloader stall)."""
 
-    def __init__(self, n: int, rank: int, stall: tuple[int, float] | None) -> None:
-        self.n, self.rank, self.stall = n, rank, stall
+    def __init__(self, n: int, rank: int, stall: tuple[int, float] | None, seed: int = 0) -> None:
+        self.n, self.rank, self.stall, self.seed = n, rank, stall, seed
 
     def __len__(self) -> int:
         return self.n
@@ -53,7 +56,8 @@ class Batches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.stall is not None and i == self.stall[0]:
             time.sleep(self.stall[1] / 1000)
-        g = torch.Generator().manual_seed(1000 * self.rank + i)
+        # seed 0 keeps the batches of the recordings made before --seed existed
+        g = torch.Generator().manual_seed(1000 * self.rank + i + 1_000_003 * self.seed)
         return torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, WIDTH, generator=g)
 
 
@@ -93,7 +97,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank, world_size=args.world,
                             timeout=datetime.timedelta(seconds=60))
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     gc_steps = set(args.gc_steps) if rank == args.gc_rank else set()
     net = Net(args.slow_ms if rank == args.slow_rank else 0.0, gc_steps)
     model: torch.nn.Module
@@ -108,7 +112,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         model = fully_shard(net)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     stall = (args.stall_step, args.stall_ms) if rank == args.stall_rank else None
-    loader = DataLoader(Batches(args.steps, rank, stall), batch_size=None, shuffle=False)
+    loader = DataLoader(Batches(args.steps, rank, stall, args.seed), batch_size=None, shuffle=False)
     out = Path(args.out)
     log: list[dict[str, Any]] = []
     with profile(activities=[ProfilerActivity.CPU],
@@ -142,6 +146,7 @@ def main() -> None:
     ap.add_argument("--stall-rank", type=int, default=-1)
     ap.add_argument("--stall-step", type=int, default=-1)
     ap.add_argument("--stall-ms", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0, help="model init and batches (0: as before the option)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

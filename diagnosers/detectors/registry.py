@@ -27,6 +27,7 @@ DETECTOR_MODULES: tuple[str, ...] = (
     "gc_pause",
     "slow_communication",
     "dataloader",
+    "fast_step",  # a fallback only: after faulty_machine's (its outlier-worker finding first)
 )
 
 

@@ -1,0 +1,202 @@
+"""A slow rank of a kernel-level job read from its fastest steps (a fallback finding).
+
+On a busy host (the plain DDP / FSDP2 recordings: CPU/gloo on a shared 2-core machine) a rank's
+compute moves by +-50% from step to step because its process is descheduled now and then, and
+the faulty-machine signature's persistence (3/4 of the steps above the noise floor) and outlier
+tests fail for a slow rank of 3-4 ranks whose neighbours are as noisy as it is slow. Host noise
+only *adds* time: a rank's fastest step is the best reading of its speed. A slow machine is slow
+in its fastest step too; a rank that was merely unlucky in most steps is not.
+
+The test, per worker (DP rank, PP stage) against its stage peers (the worker left out):
+
+- the *fast-forward factor*: the worker's fastest step of forward compute (sum of its forward
+  segments in the step, minimum over the traced steps) over the median of its peers' fastest, at
+  least ``FAST_FWD_MIN`` (1.6x) and, with two or more peers, at least ``FAST_Z`` (4) robust sigma
+  of the peers' own fast-forward factors (floored at ``FAST_MIN_SIGMA``): the job's own spread of
+  healthy ranks. With one peer (2 ranks) only the magnitude bar holds; on the seen recordings
+  the healthy and stall jobs reach 1.47x, the slow ranks 1.72-18x;
+- a second measurement: its fastest step of *all* compute (forward, backward and optimizer) is
+  at least ``FAST_COMPUTE_MIN`` (1.05x) its peers' fastest, so the slow forward is not made up
+  elsewhere in the step;
+- or, for a machine slow in every kernel (no one pass long): the fastest steps of forward,
+  backward and optimizer each at least ``FAST_ALL_MIN`` (1.3x) their peers' (METHOD.md A6's "all
+  compute types slow"), the forward's still ``FAST_Z`` sigma out of the peers' spread;
+- what-if: idealising only that worker's compute removes at least ``MIN_SHARE`` of the slowdown.
+
+Only on kernel-level jobs (``stats.microbatches`` False: compute ops are segments of one pass),
+with at least ``FAST_MIN_STEPS`` traced steps and a slowdown of at least
+``DECOMPOSE_THRESHOLD``; only when no detector matched (``register_fallback``), after the
+faulty-machine detector's own outlier-worker fallback. Reported as a faulty machine with
+evidence ``signature: fast-step`` and a lower confidence (``FAST_FIT``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from diagnosers.detectors.base import MIN_SHARE, CauseMatch, TraceStats, categories_for, confidence, rounded
+from diagnosers.detectors.faulty_machine import _shares, optimizer_ratio
+from diagnosers.detectors.registry import register_fallback
+from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.heatmap import worker_matrix
+from diagnosers.report import WhatIfReport
+from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+FAST_FWD_MIN = 1.6
+FAST_COMPUTE_MIN = 1.05
+FAST_ALL_MIN = 1.3
+FAST_Z = 4.0
+# log units (about 5%): with two or three peers their MAD can be near zero by chance
+FAST_MIN_SIGMA = 0.05
+FAST_MIN_STEPS = 3
+# the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
+FAST_FIT = 0.45
+
+
+def per_step_sums(stats: TraceStats, code: int) -> npt.NDArray[np.float64]:
+    """(S, dp, pp) seconds of ops of type ``code`` per step and worker."""
+    out = np.zeros((stats.n_steps, stats.dp, stats.pp))
+    m = stats.optype == code
+    np.add.at(out, (stats.op_step_index[m], stats.op_dp[m], stats.op_pp[m]), stats.transfer[m])
+    return out
+
+
+def fastest_log(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """(dp, pp) log of each worker's fastest (minimum over steps) value; NaN where it is not
+    positive (an untraced worker, or no such ops)."""
+    low = values.min(axis=0)
+    return np.where(low > 0, np.log(np.maximum(low, 1e-300)), np.nan)
+
+
+def fast_factor(fastest: npt.NDArray[np.float64], cell: tuple[int, int]) -> tuple[float, float | None]:
+    """(log factor, peers' sigma) of ``cell``'s fastest value against its stage peers': the cell's
+    log over the median of the peers' (the cell left out); the sigma is 1.4826 x the MAD of the
+    peers' own logs around that median, floored at ``FAST_MIN_SIGMA``, or None with fewer than two
+    peers (NaN factor without a peer)."""
+    d, p = cell
+    peers = np.delete(fastest[:, p], d)
+    peers = peers[np.isfinite(peers)]
+    if not peers.size or not np.isfinite(fastest[d, p]):
+        return float("nan"), None
+    med = float(np.median(peers))
+    sigma = None
+    if peers.size >= 2:
+        sigma = max(1.4826 * float(np.median(np.abs(peers - med))), FAST_MIN_SIGMA)
+    return float(fastest[d, p]) - med, sigma
+
+
+@dataclass(frozen=True)
+class FastStep:
+    """The fast-step measurements of one worker (:func:`fast_step_candidate`): its cell; the
+    fastest-step factors against its stage peers, as ratios (NaN where not measured) of its
+    forward, all compute (forward, backward, optimizer), backward and optimizer; ``sigma``: the
+    peers' spread of fast-forward factors (log units), None with one peer; ``z``: the forward's log
+    factor over it, None with one peer."""
+
+    cell: tuple[int, int]
+    forward: float
+    compute: float
+    backward: float
+    optimizer: float
+    sigma: float | None
+    z: float | None
+
+
+def fast_step_candidate(stats: TraceStats) -> FastStep | None:
+    """The worker with the largest fast-forward factor and its measurements (see the module doc),
+    or None when the job has no forward ops, no stage peers or fewer than ``FAST_MIN_STEPS``."""
+    if stats.n_steps < FAST_MIN_STEPS or stats.dp < 2:
+        return None
+    f_fast = fastest_log(per_step_sums(stats, FWD))
+    factors = [fast_factor(f_fast, (d, p)) for d in range(stats.dp) for p in range(stats.pp)]
+    logs = np.array([f for f, _ in factors])
+    if not np.isfinite(logs).any():
+        return None
+    i = int(np.nanargmax(logs))
+    cell = (i // stats.pp, i % stats.pp)
+    f, sigma = factors[i]
+    compute = fast_factor(fastest_log(stats.compute + stats.optimizer), cell)[0]
+    backward = fast_factor(fastest_log(per_step_sums(stats, BWD)), cell)[0]
+    optimizer = fast_factor(fastest_log(stats.optimizer), cell)[0]
+    return FastStep(cell, float(np.exp(f)), float(np.exp(compute)), float(np.exp(backward)),
+                    float(np.exp(optimizer)), sigma, None if sigma is None else f / sigma)
+
+
+def fast_step_holds(c: FastStep) -> str | None:
+    """Which form of the test ``c`` passes: ``"one-pass"`` (the forward alone far out, the whole
+    compute not made up elsewhere), ``"all-compute"`` (every compute type slow), or None. NaN
+    factors fail every bar."""
+    spread_ok = c.z is None or c.z >= FAST_Z
+    if spread_ok and c.forward >= FAST_FWD_MIN and c.compute >= FAST_COMPUTE_MIN:
+        return "one-pass"
+    if spread_ok and min(c.forward, c.backward, c.optimizer) >= FAST_ALL_MIN:
+        return "all-compute"
+    return None
+
+
+@register_fallback
+def fast_step_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+    """The fast-step finding (module doc): a kernel-level job's worker whose fastest steps are slow
+    against its stage peers', as a lower-confidence faulty machine."""
+    if stats.microbatches or report.slowdown < DECOMPOSE_THRESHOLD:
+        return None
+    c = fast_step_candidate(stats)
+    if c is None:
+        return None
+    form = fast_step_holds(c)
+    if form is None:
+        return None
+    share, compute_share = _shares(stats, report, [c.cell])
+    if compute_share < MIN_SHARE:
+        return None
+    return _fast_match(report, stats, c, form, share, compute_share)
+
+
+def _fast_match(report: WhatIfReport, stats: TraceStats, c: FastStep, form: str, share: float,
+                compute_share: float) -> CauseMatch:
+    """The CauseMatch of a fast-step finding: summary, location and evidence."""
+    loc = stats.location([c.cell])
+    d, p = c.cell
+    opt_ratio = optimizer_ratio(stats, [c.cell])
+    spread = ("" if c.sigma is None or c.z is None else
+              f", {c.z:.1f} sigma out of its peers' own spread ({np.expm1(c.sigma):.0%})")
+    what = ("its fastest step of forward compute" if form == "one-pass"
+            else "its fastest steps of forward, backward and optimizer compute")
+    summary = (
+        f"One worker (dp {d}/pp {p}; host {loc.hosts[0] if loc.hosts else '?'}) is slow in its fastest "
+        f"steps: {what} ran {c.forward:.2f}x (forward) its stage peers' fastest{spread}, its fastest "
+        f"step of all compute {c.compute:.2f}x, backward {c.backward:.2f}x, optimizer "
+        f"{c.optimizer:.2f}x. Other work on a "
+        "host only adds time, so a rank slow even in its best step is slow in every step; the "
+        "step-by-step persistence and outlier tests of a faulty machine do not hold on this job's "
+        f"noise, hence the lower confidence. Idealising only it removes {share * 100:.0f}% of the "
+        f"slowdown ({compute_share * 100:.0f}% from compute alone). Check that machine's CPU/GPU "
+        "health, clocks and what else runs on it."
+    )
+    return CauseMatch(
+        id=CauseId.FAULTY_MACHINE,
+        confidence=confidence(share, FAST_FIT),
+        location=loc,
+        pattern=Pattern(spatial=Spatial.SINGLE_WORKER, temporal=Temporal.PERSISTENT,
+                        resource=Resource.COMPUTE),
+        evidence={
+            "hot_cells": [f"{d},{p}"],
+            "host_cluster": [],
+            "worker_slowdown_max": rounded(float(worker_matrix(report, "exact").max())),
+            "optimizer_ratio": rounded(opt_ratio) if opt_ratio is not None else None,
+            "fix_share": rounded(share),
+            "fix_share_compute": rounded(compute_share),
+            "signature": "fast-step",
+            "fast_step_form": form,
+            "fast_forward_factor": rounded(c.forward),
+            "fast_compute_factor": rounded(c.compute),
+            "fast_backward_factor": rounded(c.backward) if np.isfinite(c.backward) else None,
+            "fast_optimizer_factor": rounded(c.optimizer) if np.isfinite(c.optimizer) else None,
+            "fast_forward_z": rounded(c.z, 2) if c.z is not None else None,
+        },
+        summary=summary,
+        categories=categories_for(CauseId.FAULTY_MACHINE),
+    )
