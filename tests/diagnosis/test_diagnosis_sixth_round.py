@@ -1,8 +1,9 @@
 """Sixth round on real recordings (docs/ACCURACY.md, "Sixth round"): a link direction whose
 fastest lone sends stand out of its peer links' is tested on the constant it adds to every
-transfer (``slow_communication.floor_candidates``, ``floor_shares``). The floors are checked
-against a plain loop over the transfers, the rule is pinned on the recordings that needed it
-(each a miss before: no cause), and kept off the healthy recordings of the seen parts."""
+transfer (``slow_communication.floor_candidates``, ``floor_shares``); and a hot worker's fastest
+ops may show that it is slow in its own compute (``faulty_machine.own_slow``). The floors are
+checked against a plain loop over the transfers, each rule is pinned on the recordings that
+needed it (each a miss before), and the floor kept off the healthy recordings of the seen parts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from diagnosers import whatif
-from diagnosers.detectors import compute_stats, slow_communication
+from diagnosers.detectors import compute_stats, faulty_machine, slow_communication
 from diagnosers.detectors.base import TraceStats
 from diagnosers.readers import load_trace
 from diagnosers.vocab import CauseId
@@ -97,3 +98,21 @@ def test_no_healthy_recording_of_the_seen_parts_gets_a_floor_finding() -> None:
         diag = recordings.diagnose_folder(folder)
         floors = [c for c in diag.causes if c.evidence.get("send_floor_s") is not None]
         assert not floors, f"{folder.parent.name}/{folder.name}: {floors[0].summary}"
+
+
+def test_a_slow_workers_fastest_ops_show_its_own_compute_under_heavy_step_noise() -> None:
+    # tune slow-rank-2x4-s100: 10 ms per forward on rank 5 (dp 1, stage 2) at DP 2, the job's step
+    # noise floor 47%. Its step compute is 1.31x its peer's (under the 3-standard-error bar of
+    # 0.89 in log units), but its fastest ops run 2.3x its peer's (fast-op z 4.2): it is slow in
+    # its own compute, not waiting. Before this round the standing last-stage load was the only
+    # cause.
+    stats = _stats("tune", "slow-rank-2x4-s100")
+    cell = (1, 2)
+    floor = faulty_machine.job_floor(stats, [(1, 3), cell, (0, 3)])
+    t = faulty_machine.cell_timing(stats, cell, floor)
+    assert t.typical < faulty_machine.OWN_Z * floor.typical_sigma()
+    assert faulty_machine.joint_typical_z(stats, t, floor) < faulty_machine.OWN_Z
+    assert faulty_machine.fast_op_outlier_z(stats, [cell], t.affected) >= faulty_machine.OWN_Z
+    assert [k.cell for k in faulty_machine.own_slow(stats, [(1, 3), cell, (0, 3)], floor)] == [cell]
+    diag = recordings.diagnose_folder(widened_folder("tune", "slow-rank-2x4-s100"))
+    assert diag.causes[0].id == CauseId.FAULTY_MACHINE and list(diag.causes[0].location.ranks) == [5]
