@@ -214,7 +214,7 @@ def _matches(top: Any, exp: Expected) -> bool:
 PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
-    "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"],
+    "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7"],
 }
 
 
