@@ -29,7 +29,7 @@ alone gains; it is then scored like a two-cause job (either one first, the injec
 A partition injection is exempt (its expected cause is itself a stage imbalance).
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
-                                                heldout5|heldout6|all]
+                                                heldout5|heldout6|heldout7|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -39,7 +39,8 @@ recorded and committed before the detector changes that followed, diagnosed once
 every part looked at so far), ``heldout4`` (recorded and committed before the third round of
 detector changes, diagnosed once at its end), ``heldout5`` (recorded and committed before the
 fourth round, diagnosed once at its end), ``heldout6`` (recorded and committed before the fifth
-round, diagnosed once at its end), ``all``.
+round, diagnosed once at its end), ``heldout7`` (a balanced sample of the classes, recorded and
+committed before the sixth round, diagnosed once at its end), ``all``.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def _matches(top: Any, exp: Expected) -> bool:
 PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
-    "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"],
+    "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7"],
 }
 
 
@@ -233,7 +234,7 @@ def folders(part: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
-             "all"]
+             "heldout7", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)

@@ -273,13 +273,21 @@ def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
 def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     """Fix the slow link or group: the gain of idealising the transfers of the candidate the
     detector named (``evidence['group']``), or of every communication op when it named none."""
-    from diagnosers.detectors.slow_communication import candidates, comm_mask, probe_candidates
+    from diagnosers.detectors.slow_communication import (
+        candidates,
+        comm_mask,
+        probe_candidates,
+        probe_floor_candidates,
+    )
 
     group = str(match.evidence.get("group", ""))
     is_comm = comm_mask(stats)
     # the detector's own candidates when this is its probe (made once, not again for the remedy)
     scored = probe_candidates(stats) if probe is stats.probe else candidates(stats, probe.original)
-    mask = next((m for name, _, m in scored if name == group), is_comm)
+    # a link direction found by its send floor is among the detector's floor candidates
+    floors = probe_floor_candidates(stats) if probe is stats.probe else []
+    found = [*((name, m) for name, _, m in scored), *((c.name, c.mask) for c in floors)]
+    mask = next((m for name, m in found if name == group), is_comm)
     t_after = float(probe.masked_means([mask])[0])
     return Remedy(
         cause_id=match.id.value,

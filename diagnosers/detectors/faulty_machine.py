@@ -239,7 +239,10 @@ def own_slow(stats: TraceStats, cells: list[tuple[int, int]], floor: NoiseFloor)
     it drops out here. Kept: typical excess at least half the slowest cell's and above the noise
     (``OWN_Z`` standard errors of a typical ratio) — in compute alone, or in compute and optimizer
     together (``joint_typical_z``: on a busy host a few steps of compute cannot show a 1.3x worker
-    at 3 standard errors, its optimizer step, slow too on a slow machine, adds the evidence)."""
+    at 3 standard errors, its optimizer step, slow too on a slow machine, adds the evidence), or in
+    its fastest ops (``fast_op_outlier_z`` at least ``OWN_Z``: a waiting peer's fastest ops are
+    normal, a slow machine's are slow too, and the host's descheduling noise that makes step sums
+    move by +-50% barely reaches them)."""
     timings = [cell_timing(stats, c, floor) for c in cells]
     top = max((t.typical for t in timings), default=0.0)
     if top <= 0:
@@ -249,7 +252,14 @@ def own_slow(stats: TraceStats, cells: list[tuple[int, int]], floor: NoiseFloor)
     return [
         t
         for t in timings
-        if t.typical >= bar or (t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z)
+        if t.typical >= bar
+        or (
+            t.typical >= least
+            and (
+                joint_typical_z(stats, t, floor) >= OWN_Z
+                or fast_op_outlier_z(stats, [t.cell], t.affected) >= OWN_Z
+            )
+        )
     ]
 
 

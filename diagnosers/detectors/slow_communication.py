@@ -30,6 +30,16 @@ time stays on it. For such a candidate the larger of ``rem`` and ``add`` counts,
 else, and it may carry the finding when idealising all communication (``rem``) does not reach
 ``MIN_SHARE``: on a busy host compute noise sits on the critical path in most steps, so removing
 a slow link alone removes little although putting it back into the ideal run costs its share.
+
+A link direction may also stand out by its *send floor* (``floor_candidates``): the fastest of its
+sends that ride alone in their P2P call (``SEND_FLOOR_QUANTILE``) at least ``STANDOUT`` times its
+peer links' in the same direction. Batched waits and a busy host's pauses lengthen some transfers;
+a slow link, NIC port or a sender stalling in each send lengthens every one, its fastest too. Such
+a direction is tested on that constant alone (``floor_shares``): adding it to each of its
+transfers in the ideal run (or taking it off the measured ones) must account for ``MIN_SHARE`` of
+the slowdown and slow the ideal job by ``DECOMPOSE_THRESHOLD`` on its own, or slow it by
+``CLEAR_ALONE`` (5%) on its own; then it is a candidate that stands out, persistent by
+construction.
 """
 
 from __future__ import annotations
@@ -49,7 +59,7 @@ from diagnosers.detectors.base import (
     confidence,
     rounded,
 )
-from diagnosers.detectors.peers import noise_floor, peer_ratio
+from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
 from diagnosers.report import WhatIfReport
@@ -77,6 +87,14 @@ MIN_EXCESS = 0.02
 # (``transient``), judged from three traced steps on.
 TRANSIENT_SHARE = 0.5
 TRANSIENT_MIN_STEPS = 3
+# A link direction's send floor (``send_floors``): this lower quantile (an order statistic, no
+# interpolation) of the transfer times of its sends that ride alone in their P2P call.
+SEND_FLOOR_QUANTILE = 0.1
+# ... and tested on the constant it adds: a share of its own (``MIN_SHARE``) with a slowdown alone
+# the method would decompose (``DECOMPOSE_THRESHOLD``), or alone a clear cause: slowing the ideal
+# job by at least 5% by itself, whatever else slows it (in a job slowed 1.4x by host noise a 6%
+# link holds a seventh of the gap).
+CLEAR_ALONE = 1.05
 
 
 def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
@@ -399,6 +417,161 @@ def transient(
     return out
 
 
+@dataclass(frozen=True)
+class FloorCandidate:
+    """A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``).
+
+    ``sender``: the worker that sends in this direction; ``rows``: both ends' records of the
+    direction's transfers (the senders' and the receivers' rows on the link); ``mask``: those rows
+    with every batched call they are part of (what the remedy idealises); ``floor`` /
+    ``peer_floor``: the direction's send floor and the median of its peer links' (seconds);
+    ``excess``: the constant the link adds to each transfer, ``floor - peer_floor``."""
+
+    name: str
+    cells: list[tuple[int, int]]
+    sender: tuple[int, int]
+    rows: npt.NDArray[np.bool_]
+    mask: npt.NDArray[np.bool_]
+    floor: float
+    peer_floor: float
+
+    @property
+    def excess(self) -> float:
+        return self.floor - self.peer_floor
+
+
+# (send type, its receive type, the sender's stage offset from the link's lower stage, direction)
+_DIRECTIONS = ((FS, FR, 0, "forward"), (BS, BR, 1, "backward"))
+
+
+def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Per op: whether it is not part of a batched P2P call with other rows (``batch_ids``: -1, or
+    an id no other row shares)."""
+    out = np.ones(len(batch), dtype=bool)
+    has = batch >= 0
+    if has.any():
+        out[has] = np.bincount(batch[has])[batch[has]] == 1
+    return out
+
+
+def send_floors(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    alone: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.float64]:
+    """(2, dp, pp - 1) per direction (0 forward, 1 backward) and PP link (DP rank d, stages s and
+    s + 1): the ``SEND_FLOOR_QUANTILE`` order statistic of the transfer times of the link's sends
+    in that direction that ride alone in their P2P call (``alone``); NaN without such sends.
+
+    Why the floor of lone sends: a batched call's recorded transfer holds the wait for its other
+    direction's peer, and on a busy host any transfer may hold a descheduled process's pause; both
+    lengthen some transfers, never all. A slow link (or NIC port, or a sender that stalls inside
+    every send) adds its time to every transfer in that direction, its fastest ones too."""
+    dp, pp = stats.dp, stats.pp
+    out = np.full((2, dp, pp), np.nan)  # indexed by the link id d * pp + s (s < pp - 1 used)
+    for k, (code, _, _, _) in enumerate(_DIRECTIONS):
+        rows = np.flatnonzero((stats.optype == code) & alone & (link >= 0))
+        if not rows.size:
+            continue
+        # every link's order statistic from one sort by (link, transfer time)
+        ids, t = link[rows], transfer[rows]
+        order = np.lexsort((t, ids))
+        n = np.bincount(ids, minlength=dp * pp)
+        start = np.cumsum(n) - n
+        pick = start + np.floor(SEND_FLOOR_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
+        has = n > 0
+        flat = out[k].reshape(-1)
+        flat[has] = t[order][pick[has]]
+    return out[:, :, : max(pp - 1, 0)]
+
+
+def floor_candidates(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    batch: npt.NDArray[np.int64], limit: int = MAX_PROBED,
+) -> list[FloorCandidate]:
+    """The link directions whose send floor (``send_floors``) is at least ``STANDOUT`` times the
+    median of the same over the other DP ranks' links between the same two stages (at least one
+    such peer with a floor): the detector's "stands out" convention, read where neither batched
+    waits nor sporadic pauses reach. At most ``limit``, the ones whose constant (floor over the
+    peers') adds the most time over their transfers first."""
+    alone = alone_in_call(batch)
+    floors = send_floors(stats, transfer, link, alone)
+    found: list[tuple[float, int, int, int, float]] = []  # (added time, direction, d, s, peer floor)
+    for k, (code, _, _, _) in enumerate(_DIRECTIONS):
+        sends = np.bincount(link[(stats.optype == code) & (link >= 0)], minlength=stats.dp * stats.pp)
+        for s in range(floors.shape[2]):
+            col = floors[k, :, s]
+            ok = np.flatnonzero(np.isfinite(col))
+            if ok.size < 2:
+                continue  # no peer link with a floor
+            ref = median_of_others(col[ok][None, :])[0]
+            for d, f, r in zip(ok.tolist(), col[ok].tolist(), ref.tolist(), strict=True):
+                if f >= STANDOUT * r:
+                    found.append(((f - r) * float(sends[d * stats.pp + s]), k, d, s, r))
+    out: list[FloorCandidate] = []
+    for _, k, d, s, ref in sorted(found, key=lambda x: -x[0])[:limit]:
+        code, partner, off, direction = _DIRECTIONS[k]
+        sender, receiver = (d, s + off), (d, s + 1 - off)
+        rows = (link == d * stats.pp + s) & (
+            ((stats.optype == code) & (stats.op_pp == sender[1]))
+            | ((stats.optype == partner) & (stats.op_pp == receiver[1]))
+        )
+        out.append(FloorCandidate(
+            name=f"pp link dp {d}: stage {s} <-> {s + 1}, {direction} sends",
+            cells=[(d, s), (d, s + 1)],
+            sender=sender,
+            rows=rows,
+            mask=with_batches(rows, batch),
+            floor=float(floors[k, d, s]),
+            peer_floor=float(ref),
+        ))
+    return out
+
+
+SHARED_FLOORS = "slow-communication send floors"
+
+
+def probe_floor_candidates(stats: TraceStats) -> list[FloorCandidate]:
+    """``floor_candidates`` over the probe's transfer times, made once per trace statistics and
+    shared (the detector tests them, the remedy looks its group's mask up again)."""
+    probe = stats.probe
+    if probe is None:
+        raise ValueError("the candidates' transfer times come from the what-if probe; this has none")
+
+    def make() -> list[FloorCandidate]:
+        is_p2p, link = p2p_links(stats)
+        return floor_candidates(stats, probe.original, link, batch_ids(stats, is_p2p))
+
+    return stats.shared(SHARED_FLOORS, make)
+
+
+def floor_shares(probe: Probe, cands: list[FloorCandidate]) -> list[tuple[float, float]]:
+    """Per candidate, (share of the slowdown, slowdown alone) of its constant: the larger of the
+    ``rem`` view (every transfer of the direction, both ends' records, shortened by ``excess``,
+    never under its ideal) and the ``add`` view (only ``excess`` added to each of them in the ideal
+    run); the slowdown alone is the ``add`` run's mean step time over the ideal one's.
+
+    The hypothesis tested is the link's own: a constant extra time per transfer. Idealising or
+    putting back the direction's recorded transfers instead would move the batched waits and the
+    pauses they hold too, which are no part of the link."""
+    gap = probe.t_orig - probe.t_ideal
+    if not cands or gap <= 1e-12 * max(probe.t_orig, 1e-12):
+        return [(0.0, 1.0) for _ in cands]
+    runs = []
+    for c in cands:
+        add = probe.ideal.copy()
+        add[c.rows] += c.excess
+        rem = probe.original.copy()
+        rem[c.rows] = np.maximum(rem[c.rows] - c.excess, probe.ideal[c.rows])
+        runs += [add, rem]
+    t = probe.mean_times(np.stack(runs))
+    out = []
+    for i in range(len(cands)):
+        t_add, t_rem = float(t[2 * i]), float(t[2 * i + 1])
+        share = max((t_add - probe.t_ideal) / gap, (probe.t_orig - t_rem) / gap)
+        out.append((float(share), t_add / max(probe.t_ideal, 1e-12)))
+    return out
+
+
 def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool = False) -> list[float]:
     """Per op mask, the larger of the ``rem`` share (idealise only those ops) and the ``add`` share
     (put only those ops back into the ideal run), as the compute detectors take it: with a second
@@ -536,15 +709,38 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # member descheduled, or one burst on the wire), not a slow link or group: it carries nothing.
     stalls = transient(stats, probe.original, base, scored)
     shares = [0.0 if t else v for v, t in zip(shares, stalls, strict=True)]
+    # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
+    # is tested on the constant it adds to every transfer: its own share of the slowdown
+    # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
+    # (``DECOMPOSE_THRESHOLD``: with a small gap a few milliseconds are a large share), or a clear
+    # slowdown alone (``CLEAR_ALONE``). Slow in every transfer, it is persistent by construction.
+    # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
+    # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
+    # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
+    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
+    floor_found = [
+        (c, v)
+        for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
+        if (v >= MIN_SHARE and alone >= DECOMPOSE_THRESHOLD) or alone >= CLEAR_ALONE
+    ]
+    floor_of = {c.name: c for c, _ in floor_found}
+    # a candidate that may carry the finding: its own MIN_SHARE, or its send floor's test passed
+    qualified = [v >= MIN_SHARE for v in shares] + [True for _ in floor_found]
+    if floor_found:
+        scored = [*scored, *((c.name, c.cells, c.mask) for c, _ in floor_found)]
+        shares = [*shares, *(v for _, v in floor_found)]
+        standout = [*standout, *(True for _ in floor_found)]
     if share_comm < MIN_SHARE and not any(
-        v >= MIN_SHARE for v, hit in zip(shares, standout, strict=True) if hit
+        q for q, hit in zip(qualified, standout, strict=True) if hit
     ):
         return None
     # Communication need not beat all compute: in a multi-cause job (or under compute noise) a link
     # or group that explains its own real share is a cause too. Unlocalised slowness must.
-    if share_comm <= share_compute and not any(v >= MIN_SHARE for v in shares):
+    if share_comm <= share_compute and not any(qualified):
         return None
-    best = int(np.argmax(shares)) if shares else -1
+    # the best qualified candidate (with none, the best: it names the job-wide finding's reach)
+    pool = [k for k, q in enumerate(qualified) if q] or list(range(len(shares)))
+    best = max(pool, key=lambda k: shares[k]) if shares else -1
     if best >= 0:
         # Among candidates nearly as good as the best, name the most specific one: the smallest fix
         # (fewest ops idealised; a link's transfers are a subset of either end's NIC), then the
@@ -560,7 +756,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             if not (scored[k][0].startswith("dp group") and any(c in members for c in scored[k][1]))
         ]
         best = min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
-    localised = best >= 0 and shares[best] >= 0.5 * share_comm and shares[best] >= MIN_SHARE
+    localised = best >= 0 and shares[best] >= 0.5 * share_comm and qualified[best]
     if localised:
         name, cells, _ = scored[best]
         share = shares[best]
@@ -589,6 +785,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # place's transfers beside heavier compute (standing out against its peers, or explaining a
     # real share of their own).
     stood_out = bool(localised and standout[best])
+    by_floor = floor_of.get(scored[best][0]) if localised else None
     beside = (
         f"Beside compute that holds more of the slowdown (idealising every compute op removes "
         f"{share_compute * 100:.0f}% of it, every transfer {share_comm * 100:.0f}%), one place's "
@@ -611,6 +808,14 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             if top_comm
             else "."
         )
+        + (
+            ""
+            if by_floor is None
+            else f" Its fastest lone sends take {by_floor.floor * 1e3:.1f} ms, "
+            f"{by_floor.floor / max(by_floor.peer_floor, 1e-12):.1f}x its peer links' "
+            f"({by_floor.peer_floor * 1e3:.1f} ms): time added to every transfer, which waits and "
+            "pauses are not."
+        )
         + " Check the NICs, links and switch ports of these ranks, or the group's traffic."
     )
     return CauseMatch(
@@ -625,6 +830,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
             "fix_share_group": rounded(share),
             "top_comm_optype": top_comm,
             "stands_out": stood_out,
+            "send_floor_s": rounded(by_floor.floor, 6) if by_floor is not None else None,
+            "peer_send_floor_s": rounded(by_floor.peer_floor, 6) if by_floor is not None else None,
         },
         summary=summary,
         categories=categories_for(CauseId.SLOW_COMMUNICATION),

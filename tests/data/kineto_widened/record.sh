@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3, heldout4, heldout5 and heldout6 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3, heldout4, heldout5, heldout6 and heldout7 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -118,3 +118,19 @@ rec heldout6 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 171 --send-de
 rec heldout6 send-delay-4x2         --dp 4 --pp 2 --steps 6 --seed 172 --send-delay-rank 0 --send-delay-ms 15
 rec heldout6 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 173 --slow-rank 4 --slow-ms 15 --slow-from-step 5
 rec heldout6 layers-3x2             --dp 3 --pp 2 --steps 6 --seed 174 --layers-per-stage 2,1
+# --- held out, seventh set (a balanced sample of the classes; recorded and committed before the sixth round of detector changes; diagnosed once, at its end) ---
+rec heldout7 healthy-2x3            --dp 2 --pp 3 --steps 6 --seed 181
+rec heldout7 slow-rank-2x2          --dp 2 --pp 2 --steps 6 --seed 182 --slow-rank 1 --slow-ms 20
+rec heldout7 layers-2x3             --dp 2 --pp 3 --steps 6 --seed 183 --layers-per-stage 1,2,1
+rec heldout7 send-delay-2x3         --dp 2 --pp 3 --steps 6 --seed 184 --send-delay-rank 1 --send-delay-ms 15
+rec heldout7 slow-rank-last-3x2     --dp 3 --pp 2 --steps 6 --seed 185 --slow-rank 3 --slow-ms 6
+rec heldout7 onset-3x2              --dp 3 --pp 2 --steps 8 --seed 186 --slow-rank 1 --slow-ms 20 --slow-from-step 4
+rec heldout7 healthy-4x2            --dp 4 --pp 2 --steps 6 --seed 187
+rec heldout7 slow-rank-weak-4x2     --dp 4 --pp 2 --steps 6 --seed 188 --slow-rank 2 --slow-ms 2
+rec heldout7 var-seq-3x2            --dp 3 --pp 2 --steps 6 --seed 189 --var-seq --seq 64
+rec heldout7 layers-2x4             --dp 2 --pp 4 --steps 6 --seed 190 --layers-per-stage 1,1,2,1
+rec heldout7 slow-rank-2x3          --dp 2 --pp 3 --steps 6 --seed 191 --slow-rank 2 --slow-ms 12
+rec heldout7 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 192 --send-delay-rank 1 --send-delay-ms 20
+rec heldout7 gc-pause-2x3           --dp 2 --pp 3 --steps 6 --seed 193 --gc-pause
+rec heldout7 onset-2x4              --dp 2 --pp 4 --steps 8 --seed 194 --slow-rank 6 --slow-ms 15 --slow-from-step 5
+rec heldout7 dataloader-stall-4x2   --dp 4 --pp 2 --steps 6 --seed 195 --stall-rank 5 --stall-ms 80
