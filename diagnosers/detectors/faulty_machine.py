@@ -32,6 +32,7 @@ own compute is slowest against their stage peers (``own_suspects``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -63,8 +64,10 @@ from diagnosers.detectors.registry import register, register_fallback
 from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
 from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 PERSIST_FRACTION = 0.75
 # The weaker "outlier worker" finding (no signature matched): S_w and speed this many robust sigma out.
@@ -111,7 +114,7 @@ FAST_OP_QUANTILE = 0.1
 FAST_OP_MIN_SIGMA = 0.05
 
 
-def hot_cells(report: WhatIfReport) -> list[tuple[int, int]]:
+def hot_cells(report: Report) -> list[tuple[int, int]]:
     """Cells with at least half the hottest cell's excess slowdown, hottest first."""
     m = worker_matrix(report, "exact")  # (pp, dp)
     excess = m - 1.0
@@ -494,7 +497,7 @@ def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
 
 
 def _timings(
-    stats: TraceStats, report: WhatIfReport
+    stats: TraceStats, report: Report
 ) -> tuple[list[CellTiming], list[int] | None, NoiseFloor] | None:
     """The candidate cells, each judged on its own: (timings of the slow ones, host cluster, floor).
 
@@ -579,7 +582,7 @@ def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list
 
 
 @register(CauseId.FAULTY_MACHINE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match persistently hot cells (or cells hot from an onset on), clustered by host when a
     host's workers are hot together."""
     if report.slowdown < DECOMPOSE_THRESHOLD:
@@ -651,7 +654,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
                   opt_slow, consistent, share, compute_share, floor, affected if is_onset else None)
 
 
-def _shares(stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]]) -> tuple[float, float]:
+def _shares(stats: TraceStats, report: Report, cells: list[tuple[int, int]]) -> tuple[float, float]:
     """(share of the slowdown removed by idealising the cells' ops, the same for their compute):
     the larger of the ``rem`` and ``add`` views (M_W without a probe)."""
     masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
@@ -673,7 +676,7 @@ def _shares(stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]
 
 
 def _match(
-    report: WhatIfReport, stats: TraceStats, cells: list[tuple[int, int]], hosts: list[int] | None,
+    report: Report, stats: TraceStats, cells: list[tuple[int, int]], hosts: list[int] | None,
     rows: list[int], whole_rows: list[int], persist: float, peer_ratio_v: float, z: float,
     opt_ratio: float | None, opt_slow: bool, consistent: float | None, share: float,
     compute_share: float, floor: NoiseFloor, onset_steps: np.ndarray | None,
@@ -781,7 +784,7 @@ def _match(
 
 
 @register_fallback
-def outlier_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     """The finding when no cause signature matched but one worker stands out of the job's noise.
 
     The hottest S_w cell is reported (as a low-confidence faulty machine, evidence ``signature:

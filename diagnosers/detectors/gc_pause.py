@@ -33,6 +33,7 @@ confidence, but is not required: short profiles rarely show it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -47,8 +48,10 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, OUTLIER_REL, OUTLIER_Z
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 Z_MIN = OUTLIER_Z
 REL_MIN = OUTLIER_REL
@@ -191,7 +194,7 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
 
 
 @register(CauseId.GC_PAUSE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match sporadic, forward-only pauses spread over workers and steps."""
     if report.slowdown < DECOMPOSE_THRESHOLD or len(stats.fwd_index) == 0:
         return None

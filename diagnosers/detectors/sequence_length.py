@@ -31,6 +31,8 @@ differ by design and agree across ranks and steps, and rebalancing them evens ou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
@@ -47,8 +49,10 @@ from diagnosers.detectors.base import (
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, _group_median
 from diagnosers.readers.normalize import dense_ids
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 CORRELATION = 0.9
 # The noise-aware path: one stage at CORRELATION, the stages' mean at least this, the slowest
@@ -171,7 +175,7 @@ def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, np
 
 
 @register(CauseId.SEQUENCE_LENGTH_IMBALANCE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match warm DP ranks whose slowest member moves, with correlated fwd/bwd microbatch costs."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2 or not stats.microbatches:
         return None

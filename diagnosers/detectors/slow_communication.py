@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -52,8 +53,10 @@ from diagnosers.detectors.base import (
 from diagnosers.detectors.peers import noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 COMM_CODES = np.array(sorted(OPTYPE_CODE[n] for n in COMM_OPTYPES), dtype=np.int16)
 DP_CODES = np.array(
@@ -500,7 +503,7 @@ def type_baseline(
 
 
 @register(CauseId.SLOW_COMMUNICATION)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match communication-dominated slowdown and localise it to a link or group when possible."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.probe is None:
         return None

@@ -26,6 +26,8 @@ Evidence, all of which must hold:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from diagnosers.detectors.base import (
@@ -41,8 +43,10 @@ from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.heatmap import worker_matrix
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 # As for a faulty machine: the stage must be heavy in at least 3/4 of the steps.
 PERSIST_FRACTION = 0.75
@@ -98,7 +102,7 @@ def _own_compute_ratio(stats: TraceStats, comp: np.ndarray, cells: list[tuple[in
 
 
 def _hot_cells_on_hosts(
-    stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]]
+    stats: TraceStats, report: Report, cells: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
     """Hot cells (S_w excess >= half the hottest) on the hosts of ``cells``."""
     m = worker_matrix(report, "exact")
@@ -136,7 +140,7 @@ def _known_heavy(stats: TraceStats, stage: int) -> bool:
 
 
 def _heavy_row(
-    stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
+    stats: TraceStats, report: Report, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
     """(typical, max row ratio, host cluster or None) when stage ``hot``'s whole row is heavy."""
     others = np.delete(comp, hot, axis=1)
@@ -196,7 +200,7 @@ def _heavy_row(
 
 
 @register(CauseId.STAGE_IMBALANCE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match a hot PP row; None when the job is not slowed or no stage stands out."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.pp < 2:
         return None
