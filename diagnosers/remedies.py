@@ -16,6 +16,7 @@ import numpy.typing as npt
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.model import JobMeta
+from diagnosers.npplain import median
 from diagnosers.remedy_model import Remedy
 from diagnosers.remedy_model import speedup as _speedup
 from diagnosers.vocab import DRAIN_MAX_JOB_SHARE, CauseId
@@ -43,7 +44,7 @@ def layer_costs(stats: TraceStats, layers: Sequence[int]) -> tuple[float, npt.ND
     lay = np.asarray(layers, dtype=np.float64)
     per_layer = comp / np.maximum(lay, 1)
     middle = per_layer[1:-1] if len(per_layer) >= 3 else per_layer
-    c = float(np.median(middle)) if len(per_layer) >= 3 else float(middle.min())
+    c = float(median(middle)) if len(per_layer) >= 3 else float(middle.min())
     extra = np.clip(comp - lay * c, 0.0, None)
     return c, extra
 

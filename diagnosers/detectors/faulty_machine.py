@@ -64,6 +64,7 @@ from diagnosers.detectors.registry import register, register_fallback
 from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
 from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
+from diagnosers.npplain import median, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def slow_cells(stats: TraceStats, cells: list[tuple[int, int]]) -> list[tuple[in
     stage; single workers use :func:`own_slow` (leave-one-out)."""
     if not cells:
         return []
-    med = np.median(compute_ratios(stats, cells), axis=0) - 1.0
+    med = median(compute_ratios(stats, cells), axis=0) - 1.0
     top = float(med.max())
     if top <= 0:
         return []
@@ -177,7 +178,7 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
     one in the compute and optimizer ratios combined (``_joint_onset``); either way with the steps
     before it at the healthy level (``_onset_holds``)."""
     r = np.log(np.maximum(peer_ratio(stats.compute, cell, leave_out or []), 1e-12))
-    typical = float(np.median(r))
+    typical = float(median(r))
     onset = None
     if stats.n_steps >= ONSET_MIN_AFTER + ONSET_MIN_BEFORE:
         cp = change_point(r, floor.step, min_after=ONSET_MIN_AFTER, min_before=ONSET_MIN_BEFORE)
@@ -268,7 +269,7 @@ def joint_typical_z(stats: TraceStats, t: CellTiming, floor: NoiseFloor) -> floa
     ro = np.log(np.maximum(peer_ratio(stats.optimizer, t.cell), 1e-12))[aff]
     se_c = max(floor.step, 1e-12) * 1.25 / np.sqrt(n)
     se_o = max(floor.optimizer, 1e-12) * 1.25 / np.sqrt(n)
-    z = np.clip([t.typical / se_c, float(np.median(ro)) / se_o], -JOINT_CLIP, JOINT_CLIP)
+    z = np.clip([t.typical / se_c, float(median(ro)) / se_o], -JOINT_CLIP, JOINT_CLIP)
     return float(z.sum() / joint_scale(2, floor.joint_rho))
 
 
@@ -285,13 +286,13 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     comp = stats.compute if affected is None else stats.compute[affected]
     # Stage reference without the candidates (with 2 DP ranks a slow worker is half its stage).
     ref = peer_reference(comp, cells)[:, None, :]
-    factor = np.median(np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0), axis=0)  # (dp, pp)
+    factor = median(np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0), axis=0)  # (dp, pp)
     others = _outside(factor, cells, stats)
     if others.size < 2:
         return float("inf")
-    med = float(np.median(others))
+    med = float(median(others))
     # Floor the spread at 0.1%: below that, clocks and timers, not GPUs, set the differences.
-    sigma = max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    sigma = max(1.4826 * float(median(np.abs(others - med))), 1e-3)
     if floor is not None and affected is not None:
         sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
@@ -315,13 +316,13 @@ def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affecte
         return float("-inf")
     opt = stats.optimizer[affected]
     ref = peer_reference(opt, cells)[:, None, :]
-    factor = np.median(np.log(np.maximum(opt, 1e-12) / np.maximum(ref, 1e-12)), axis=0)  # (dp, pp)
+    factor = median(np.log(np.maximum(opt, 1e-12) / np.maximum(ref, 1e-12)), axis=0)  # (dp, pp)
     others = _outside(factor, cells, stats)
     if others.size < 2:
         return float("-inf")
-    med = float(np.median(others))
+    med = float(median(others))
     step_se = floor.optimizer * 1.25 / np.sqrt(max(int(affected.sum()), 1))
-    sigma = max(1.4826 * float(np.median(np.abs(others - med))), step_se)
+    sigma = max(1.4826 * float(median(np.abs(others - med))), step_se)
     return float(min((factor[d, p] - med) / max(sigma, 1e-12) for d, p in cells))
 
 
@@ -368,8 +369,8 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
     others = others[np.isfinite(others)]
     if others.size < 2 or not all(np.isfinite(factor[d, p]) for d, p in cells):
         return float("-inf")
-    med = float(np.median(others))
-    sigma = max(1.4826 * float(np.median(np.abs(others - med))), FAST_OP_MIN_SIGMA)
+    med = float(median(others))
+    sigma = max(1.4826 * float(median(np.abs(others - med))), FAST_OP_MIN_SIGMA)
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
 
 
@@ -418,8 +419,8 @@ def consistently_slow(
             chunk = stats.op_gmc[here]
             frac = 0.0
             total = 0
-            for g in np.unique(chunk):
-                typical = float(np.median(stats.transfer[peers & (stats.op_gmc == g)]))
+            for g in unique(chunk):
+                typical = float(median(stats.transfer[peers & (stats.op_gmc == g)]))
                 vals = stats.transfer[here][chunk == g]
                 frac += float((vals >= SLOW_OP * typical).sum())
                 total += len(vals)
@@ -450,9 +451,9 @@ def slow_positions(stats: TraceStats, cells: list[tuple[int, int]], affected: np
     for d, p in cells:
         mine = long & (stats.op_dp[rows] == d) & (stats.op_pp[rows] == p) & in_steps
         best = 0.0
-        for pos in np.unique(stats.op_mb[rows][mine]):
+        for pos in unique(stats.op_mb[rows][mine]):
             at = mine & (stats.op_mb[rows] == pos)
-            best = max(best, len(np.unique(stats.op_step_index[rows][at])) / n_aff)
+            best = max(best, len(unique(stats.op_step_index[rows][at])) / n_aff)
         worst = min(worst, best)
     return worst
 
@@ -477,7 +478,7 @@ def optimizer_ratio(
         return None
     opt = stats.optimizer if affected is None else stats.optimizer[affected]
     ref = peer_reference(opt, cells)
-    vals = [float(np.median(opt[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
+    vals = [float(median(opt[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
     return float(np.mean(vals)) if vals else None
 
 
@@ -550,7 +551,7 @@ def own_suspects(stats: TraceStats, limit: int) -> list[tuple[int, int]]:
     (median over steps) log ratio to the peers, each cell left out of its own reference, above 0
     and at least half the slowest cell's; slowest first. The candidates when S_w is hot nearly
     everywhere; ``own_slow`` and every later test still judge them against the noise floor."""
-    typical = np.median(log_ratios(stats.compute), axis=0)  # (dp, pp), NaN without peers
+    typical = median(log_ratios(stats.compute), axis=0)  # (dp, pp), NaN without peers
     typical = np.where(np.isfinite(typical), typical, -np.inf)
     top = float(typical.max())
     if not np.isfinite(top) or top <= 0:
@@ -800,8 +801,8 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     m = worker_matrix(report, "exact")  # (pp, dp)
     p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
     others = np.delete(m.reshape(-1), p * stats.dp + d)
-    med = float(np.median(others))
-    sw_z = (float(m[p, d]) - med) / max(1.4826 * float(np.median(np.abs(others - med))), 1e-3)
+    med = float(median(others))
+    sw_z = (float(m[p, d]) - med) / max(1.4826 * float(median(np.abs(others - med))), 1e-3)
     # The slowest of n healthy workers sits about sqrt(2 ln n) sigma out: the bar grows with n.
     bar = max(FALLBACK_Z, float(np.sqrt(2.0 * np.log(max(stats.dp * stats.pp, 2)))) + 0.5)
     if sw_z < bar:

@@ -48,6 +48,7 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, _group_median
+from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
 
@@ -73,9 +74,9 @@ def persistent_factor(stats: TraceStats) -> npt.NDArray[np.float64]:
     A slow machine is slow in every step; data imbalance is not. Dividing it out first keeps a
     faulty worker from passing for a data problem."""
     comp = stats.compute
-    ref = np.median(comp, axis=1, keepdims=True)
+    ref = median(comp, axis=1, keepdims=True)
     ratio = np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0)
-    return np.asarray(np.median(ratio, axis=0), dtype=np.float64)
+    return np.asarray(median(ratio, axis=0), dtype=np.float64)
 
 
 def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
@@ -169,7 +170,7 @@ def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, np
     slowest = per_replica.argmax(axis=1)
     counts = np.bincount(slowest, minlength=stats.dp)
     mode_fraction = float(counts.max() / max(len(slowest), 1))
-    med = np.median(per_replica, axis=1)
+    med = median(per_replica, axis=1)
     ratio = per_replica.max(axis=1) / np.maximum(med, 1e-12)
     return slowest.astype(np.int64), mode_fraction, ratio
 
@@ -204,7 +205,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # One stage's correlation alone is weak evidence: then the what-if must carry most of it.
     if share < (MOST_SHARE if relaxed and not coherent else MIN_SHARE):
         return None
-    distinct = len(np.unique(slowest))
+    distinct = len(unique(slowest))
     # Fit: how strongly fwd/bwd agree above the 0.9 bar and how freely the slow rank moves.
     fit = 0.7 + 0.15 * min(1.0, max(corr_mean - CORRELATION, 0.0) / 0.08) + 0.15 * (1.0 - mode_fraction)
     if relaxed:
