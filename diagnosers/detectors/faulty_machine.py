@@ -326,6 +326,35 @@ def optimizer_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affecte
     return float(min((factor[d, p] - med) / max(sigma, 1e-12) for d, p in cells))
 
 
+def worker_order_statistic(
+    worker: np.ndarray, dur: np.ndarray, n_workers: int, fraction: float
+) -> np.ndarray:
+    """(n_workers,) each worker's duration at position ``floor(fraction * (n - 1))`` of its own
+    durations in ascending order (``n`` its op count); NaN for a worker without ops.
+
+    An order statistic does not depend on how equal values are ordered, so a partition finds it:
+    when every worker present has the same op count (a job traced alike on every worker), the
+    durations grouped by worker (a stable sort of the worker ids, a radix sort of 16-bit ids) are
+    one (workers, n) matrix partitioned along its rows; otherwise one sort by (worker, duration).
+    (A lexsort of 0.8M rows per type cost 0.13 s at 1.9M ops; the partition a fifth of it.)"""
+    n = np.bincount(worker, minlength=n_workers)
+    pick = np.floor(fraction * np.maximum(n - 1, 0)).astype(np.int64)
+    present = n > 0
+    counts = n[present]
+    out = np.full(n_workers, np.nan)
+    if counts.size and (counts == counts[0]).all():
+        ids = worker.astype(np.int16) if n_workers <= np.iinfo(np.int16).max else worker
+        grouped = dur[np.argsort(ids, kind="stable")].reshape(-1, int(counts[0]))
+        at = int(pick[present][0])
+        out[present] = np.partition(grouped, at, axis=1)[:, at]
+        return out
+    if counts.size:
+        order = np.lexsort((dur, worker))
+        start = np.cumsum(n) - n
+        out[present] = dur[order][(start + pick)[present]]
+    return out
+
+
 def fast_op_factors(stats: TraceStats, affected: np.ndarray, cells: list[tuple[int, int]]) -> np.ndarray:
     """(dp, pp) each worker's fast-op speed factor: the mean over forward and backward of the log of
     its ``FAST_OP_QUANTILE`` op duration (lower quantile, in the ``affected`` steps) over the median
@@ -346,12 +375,7 @@ def fast_op_factors(stats: TraceStats, affected: np.ndarray, cells: list[tuple[i
         if not rows.size:
             continue
         worker = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
-        dur = stats.transfer[rows]
-        order = np.lexsort((dur, worker))
-        n = np.bincount(worker, minlength=stats.dp * stats.pp)
-        start = np.cumsum(n) - n
-        pick = start + np.floor(FAST_OP_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
-        q = np.where(n > 0, dur[order][np.minimum(pick, len(rows) - 1)], np.nan)
+        q = worker_order_statistic(worker, stats.transfer[rows], stats.dp * stats.pp, FAST_OP_QUANTILE)
         q = q.reshape(stats.dp, stats.pp)
         ref = peer_reference(np.nan_to_num(q, nan=0.0)[None], cells)[0]
         out += np.log(np.maximum(q, 1e-12) / np.maximum(ref, 1e-12)[None, :])
