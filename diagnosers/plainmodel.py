@@ -116,7 +116,7 @@ class PlainModel:
 
 
 # a JSON string (skipped as it is) or a number in Python's exponent form with a negative exponent
-_STRING_OR_SMALL_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?)(\d(?:\.\d+)?)e-(\d+)')
+_STRING_OR_SMALL_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?)(\d(?:\.\d+)?)e-(\d+)')
 
 
 def _as_pydantic_float(m: re.Match[str]) -> str:
