@@ -20,18 +20,22 @@ Rendering lives in :mod:`diagnosers.render`; nothing here draws.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
-from diagnosers.model import int_ranges
-from diagnosers.report import WhatIfReport
+from diagnosers.plainmodel import PlainModel, pydantic_checked, validating
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 Variant = Literal["exact", "estimate", "step-estimate"]
+VARIANTS = ("exact", "estimate", "step-estimate")
 
 Scale = Literal["fixed", "adaptive"]
+SCALES = ("fixed", "adaptive")
 
 # SMon's colour scale (METHOD.md A7): 1.0 = not slowed, 1.5 and above = fully red.
 VMIN = 1.0
@@ -51,28 +55,65 @@ TITLES = {
 JOB_S = "job slowdown S = {s:.3f} (mean step time over the ideal step time)"
 
 
-class Heatmap(BaseModel):
+# A plain dataclass that pydantic validates and describes where it is loaded (the Diagnosis model,
+# the server's views) with the schema it had as a model (:mod:`diagnosers.plainmodel`), so that the
+# diagnosis builds its heatmap without importing pydantic.
+@dataclass(kw_only=True)
+class Heatmap(PlainModel):
     """A DP x PP slowdown matrix, possibly bucketed. ``values[pp_row][dp_col]``."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     title: str
     variant: Variant
-    step: int | None = Field(None, description="the step, for per-step heatmaps")
+    step: int | None = field(default=None, metadata={"description": "the step, for per-step heatmaps"})
     dp_size: int
     pp_size: int
-    values: list[list[float]] = Field(description="rows = PP ranks (or buckets), columns = DP ranks")
+    values: list[list[float]] = field(
+        metadata={"description": "rows = PP ranks (or buckets), columns = DP ranks"}
+    )
     dp_labels: list[str]
     pp_labels: list[str]
     bucketed: bool = False
-    note: str | None = Field(None, description="how ranks were bucketed, when they were")
+    note: str | None = field(
+        default=None, metadata={"description": "how ranks were bucketed, when they were"}
+    )
     vmin: float = VMIN
     vmax: float = VMAX
-    scale: Scale = Field(
-        default="fixed", description="fixed: the study's 1.0-1.5; adaptive: stretched over the values"
+    scale: Scale = field(
+        default="fixed",
+        metadata={"description": "fixed: the study's 1.0-1.5; adaptive: stretched over the values"},
     )
-    clipped: int = Field(default=0, description="cells outside [vmin, vmax], drawn at the end colour")
-    scale_note: str | None = Field(default=None, description="says when the scale is clipped, and what to do")
+    clipped: int = field(
+        default=0, metadata={"description": "cells outside [vmin, vmax], drawn at the end colour"}
+    )
+    scale_note: str | None = field(
+        default=None, metadata={"description": "says when the scale is clipped, and what to do"}
+    )
+
+    def __post_init__(self) -> None:
+        if validating():
+            return
+        plain = (
+            type(self.title) is str
+            and self.variant in VARIANTS
+            and (self.step is None or type(self.step) is int)
+            and type(self.dp_size) is int
+            and type(self.pp_size) is int
+            and type(self.values) is list
+            and all(type(row) is list and all(type(v) is float for v in row) for row in self.values)
+            and _strs(self.dp_labels)
+            and _strs(self.pp_labels)
+            and type(self.bucketed) is bool
+            and (self.note is None or type(self.note) is str)
+            and type(self.vmin) is float
+            and type(self.vmax) is float
+            and self.scale in SCALES
+            and type(self.clipped) is int
+            and (self.scale_note is None or type(self.scale_note) is str)
+        )
+        if not plain:
+            pydantic_checked(self)
 
     def matrix(self) -> npt.NDArray[np.float64]:
         """The values as a (rows, cols) float array."""
@@ -85,8 +126,12 @@ class Heatmap(BaseModel):
         return int(r), int(c), float(m[r, c])
 
 
+def _strs(values: Any) -> bool:
+    return type(values) is list and all(type(v) is str for v in values)
+
+
 def worker_matrix(
-    report: WhatIfReport, variant: Literal["exact", "estimate"] = "exact"
+    report: Report, variant: Literal["exact", "estimate"] = "exact"
 ) -> npt.NDArray[np.float64]:
     """The job's (pp, dp) per-worker slowdown matrix; 1.0 where the report has no entry."""
     dp, pp = report.job.dp, report.job.pp
@@ -112,7 +157,7 @@ def _min_matrix(
     return np.minimum(sd[None, :], sp[:, None])
 
 
-def step_matrix(report: WhatIfReport, step: int) -> npt.NDArray[np.float64]:
+def step_matrix(report: Report, step: int) -> npt.NDArray[np.float64]:
     """The artifact's per-step estimate ``min(S_dp(step), S_pp(step))`` as a (pp, dp) matrix."""
     key = str(step)
     by_dp = report.attribution.by_dp_rank_per_step.get(key)
@@ -122,7 +167,7 @@ def step_matrix(report: WhatIfReport, step: int) -> npt.NDArray[np.float64]:
     return _min_matrix(by_dp, by_stage, report.job.dp, report.job.pp)
 
 
-def _bucket_edges(n: int, limit: int) -> list[tuple[int, int]]:
+def bucket_edges(n: int, limit: int) -> list[tuple[int, int]]:
     """Split ``range(n)`` into at most ``limit`` contiguous, near-equal [start, stop) buckets."""
     if n <= limit:
         return [(i, i + 1) for i in range(n)]
@@ -152,7 +197,7 @@ def make_heatmap(
     """
     m = np.asarray(matrix, dtype=np.float64)
     pp, dp = m.shape
-    rows, cols = _bucket_edges(pp, max_rows), _bucket_edges(dp, max_cols)
+    rows, cols = bucket_edges(pp, max_rows), bucket_edges(dp, max_cols)
     bucketed = len(rows) < pp or len(cols) < dp
     note = None
     if bucketed:
@@ -222,7 +267,7 @@ def rescale(hm: Heatmap, scale: Scale) -> Heatmap:
     )
 
 
-def fidelity_prefix(report: WhatIfReport) -> str:
+def fidelity_prefix(report: Report) -> str:
     """"UNRELIABLE (...): " when the report's fidelity is unreliable, so every picture says it first."""
     f = report.fidelity
     if f.verdict != "unreliable":
@@ -231,7 +276,7 @@ def fidelity_prefix(report: WhatIfReport) -> str:
 
 
 def job_heatmap(
-    report: WhatIfReport,
+    report: Report,
     variant: Literal["exact", "estimate"] = "exact",
     *,
     max_cols: int = 64,
@@ -253,7 +298,7 @@ def job_heatmap(
 
 
 def step_heatmap(
-    report: WhatIfReport, step: int, *, max_cols: int = 64, max_rows: int = 32, scale: Scale = "fixed"
+    report: Report, step: int, *, max_cols: int = 64, max_rows: int = 32, scale: Scale = "fixed"
 ) -> Heatmap | None:
     """The estimate heatmap of one step, or None when the report has no put-backs for it."""
     key = str(step)
@@ -276,91 +321,7 @@ def step_heatmap(
     )
 
 
-def step_heatmaps(report: WhatIfReport, *, max_cols: int = 64, max_rows: int = 32) -> dict[int, Heatmap]:
+def step_heatmaps(report: Report, *, max_cols: int = 64, max_rows: int = 32) -> dict[int, Heatmap]:
     """One estimate heatmap per step that has per-step put-backs, keyed by step id."""
     maps = {step: step_heatmap(report, step, max_cols=max_cols, max_rows=max_rows) for step in report.steps}
     return {step: hm for step, hm in maps.items() if hm is not None}
-
-
-class StepMap(BaseModel):
-    """One step's map on the job map's grid, with its adaptive range and both scales' notes."""
-
-    step: int
-    slowdown: float | None = Field(default=None, description="this step's slowdown (its time over its ideal)")
-    values: list[list[float]]
-    adaptive: tuple[float, float]
-    note_fixed: str | None = None
-    note_adaptive: str | None = None
-
-
-class HeatmapDetail(BaseModel):
-    """What an interactive view shows beside the job map (same grid, ``[row][col]``): each cell's
-    global ranks and hosts, both colour scales, and the per-step maps of up to ``max_steps`` steps
-    (the slowest, in step order; ``omitted_steps`` counts the rest)."""
-
-    ranks: list[list[str]] = Field(description="global ranks of each cell ('' when not traced)")
-    hosts: list[list[str]] = Field(description="hosts (rank // gpus_per_host) of each cell")
-    adaptive: tuple[float, float] = Field(description="the adaptive colour range of the job map")
-    note_fixed: str | None = None
-    note_adaptive: str | None = None
-    steps: list[StepMap] = Field(default_factory=list)
-    omitted_steps: int = 0
-
-
-def heatmap_detail(
-    report: WhatIfReport, *, max_steps: int = 64, max_cols: int = 64, max_rows: int = 32
-) -> HeatmapDetail:
-    """The per-cell ranks and hosts and the per-step maps of the job map ``job_heatmap(report)``.
-
-    Cells are bucketed exactly as the job map (same ``max_cols`` / ``max_rows``), a bucket lists
-    the ranks of all its workers. Steps beyond ``max_steps`` are left out, the fastest first, so a
-    long trace keeps the steps worth looking at.
-    """
-    dp, pp = report.job.dp, report.job.pp
-    rows, cols = _bucket_edges(pp, max_rows), _bucket_edges(dp, max_cols)
-    by_cell: dict[tuple[int, int], list[int]] = {}
-    for w in report.attribution.by_worker:
-        by_cell.setdefault((w.pp_rank, w.dp_rank), []).extend(w.ranks)
-    gph = max(1, report.job.gpus_per_host)
-    ranks: list[list[str]] = []
-    hosts: list[list[str]] = []
-    for ra, rb in rows:
-        rrow, hrow = [], []
-        for ca, cb in cols:
-            cell = [r for p in range(ra, rb) for d in range(ca, cb) for r in by_cell.get((p, d), [])]
-            rrow.append(int_ranges(cell, ","))
-            hrow.append(int_ranges([r // gph for r in cell], ","))
-        ranks.append(rrow)
-        hosts.append(hrow)
-    fixed = job_heatmap(report, max_cols=max_cols, max_rows=max_rows)
-    adaptive = rescale(fixed, "adaptive")
-    with_maps = [
-        s
-        for s in report.steps
-        if str(s) in report.attribution.by_dp_rank_per_step and str(s) in report.attribution.by_stage_per_step
-    ]
-    keep = sorted(with_maps, key=lambda s: report.step_slowdown.get(str(s), 0.0), reverse=True)[:max_steps]
-    maps = []
-    for s in sorted(keep):
-        hm = step_heatmap(report, s, max_cols=max_cols, max_rows=max_rows)
-        assert hm is not None
-        ad = rescale(hm, "adaptive")
-        maps.append(
-            StepMap(
-                step=s,
-                slowdown=report.step_slowdown.get(str(s)),
-                values=hm.values,
-                adaptive=(ad.vmin, ad.vmax),
-                note_fixed=hm.scale_note,
-                note_adaptive=ad.scale_note,
-            )
-        )
-    return HeatmapDetail(
-        ranks=ranks,
-        hosts=hosts,
-        adaptive=(adaptive.vmin, adaptive.vmax),
-        note_fixed=fixed.scale_note,
-        note_adaptive=adaptive.scale_note,
-        steps=maps,
-        omitted_steps=len(with_maps) - len(keep),
-    )

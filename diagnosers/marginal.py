@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
+from diagnosers.npplain import median, unique
 from diagnosers.remedies import Remedy
 from diagnosers.vocab import CauseId
 
@@ -47,7 +48,7 @@ def worker_at_peer_pace(stats: TraceStats, probe: Probe, cells: Sequence[tuple[i
     cl = list(cells)
     if not cl:
         return d
-    factors = np.median(compute_ratios(stats, cl), axis=0)
+    factors = median(compute_ratios(stats, cl), axis=0)
     for cell, f in zip(cl, factors, strict=True):
         if f > 1.0:
             m = compute_mask(stats, [cell])
@@ -64,7 +65,7 @@ def stage_at_peer_weight(stats: TraceStats, probe: Probe, stage: int) -> Arr | N
     from diagnosers.detectors.stats import BWD, FWD
 
     gmc = stats.op_gmc
-    if stats.pp < 2 or ((gmc >= 0).any() and len(np.unique(gmc[gmc >= 0])) > stats.pp):
+    if stats.pp < 2 or ((gmc >= 0).any() and len(unique(gmc[gmc >= 0])) > stats.pp):
         return None
     d = probe.original.copy()
     for code in (FWD, BWD):
@@ -75,10 +76,10 @@ def stage_at_peer_weight(stats: TraceStats, probe: Probe, stage: int) -> Arr | N
         means = [float(d[of_type & (stats.op_pp == p)].mean()) for p in range(stats.pp)
                  if p != stage and (of_type & (stats.op_pp == p)).any()]
         # the stage's typical DP rank, so a slow worker on it does not set the stage's weight
-        here = float(np.median([d[on & (stats.op_dp == r)].mean() for r in range(stats.dp)
+        here = float(median([d[on & (stats.op_dp == r)].mean() for r in range(stats.dp)
                                 if (on & (stats.op_dp == r)).any()]))
         if means and here > 0:
-            factor = float(np.median(means)) / here
+            factor = float(median(means)) / here
             if factor < 1.0:
                 d[on] *= factor
     return d

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.model import OPTYPE_CODE, JobMeta
+from diagnosers.npplain import median
 
 if TYPE_CHECKING:
     from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
@@ -92,7 +93,7 @@ def chunk_costs(
     plain &= layers > 0
     out = []
     for mean in means:
-        per_layer = float(np.median(mean[plain] / layers[plain])) if plain.any() else 0.0
+        per_layer = float(median(mean[plain] / layers[plain])) if plain.any() else 0.0
         extra = np.zeros(n_g)
         for g in (0, n_g - 1):
             extra[g] = max(0.0, float(mean[g] - layers[g] * per_layer))

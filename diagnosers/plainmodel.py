@@ -13,6 +13,8 @@ class (:func:`pydantic_checked`), so conversions and error messages are pydantic
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from enum import Enum
@@ -76,6 +78,10 @@ class PlainModel:
         out: dict[str, Any] = dump(self, mode == "json")
         return out
 
+    def model_dump_json(self, indent: int | None = None) -> str:
+        """The fields as pydantic's JSON text of the model (:func:`json_text`)."""
+        return json_text(self.model_dump(mode="json"), indent)
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
         """A copy with ``update``'s fields replaced (validated like a new instance)."""
         return dataclasses.replace(self, **dict(update or {}))  # type: ignore[type-var]
@@ -93,7 +99,44 @@ class PlainModel:
         return out
 
     @classmethod
+    def model_validate_json(cls, text: str | bytes) -> Self:
+        """An instance from JSON text, validated by pydantic."""
+        token = _VALIDATING.set(True)
+        try:
+            out: Self = _adapter(cls).validate_json(text)
+        finally:
+            _VALIDATING.reset(token)
+        return out
+
+    @classmethod
     def model_json_schema(cls) -> dict[str, Any]:
         """The JSON schema pydantic gives the class (as when it was a model)."""
         out: dict[str, Any] = _adapter(cls).json_schema()
         return out
+
+
+# a JSON string (skipped as it is) or a number in Python's exponent form with a negative exponent
+_STRING_OR_SMALL_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?)(\d(?:\.\d+)?)e-(\d+)')
+
+
+def _as_pydantic_float(m: re.Match[str]) -> str:
+    """A number of the form ``[-]d[.ddd]e-XX`` as pydantic writes it: positional at exponent -5
+    (``0.000025``), else without the exponent's leading zero (``1.5e-7``)."""
+    if m.group(2) is None:
+        return m.group(0)
+    sign, mantissa, exponent = m.group(1), m.group(2), int(m.group(3))
+    if exponent == 5:
+        return f"{sign}0.0000{mantissa.replace('.', '')}"
+    return f"{sign}{mantissa}e-{exponent}"
+
+
+def json_text(document: Any, indent: int | None = 2) -> str:
+    """``document`` (JSON values only) as the text pydantic's ``model_dump_json(indent=indent)``
+    gives the model it is the dump of (``indent=None``: no whitespace at all, as pydantic's).
+
+    ``json.dumps`` writes the same structure, separators, escapes (with ``ensure_ascii=False``)
+    and numbers, except floats below 1e-4: Python writes ``2.5e-05`` and ``1.5e-07``, pydantic
+    ``0.000025`` and ``1.5e-7``; those are rewritten outside strings."""
+    separators = (",", ": ") if indent is not None else (",", ":")
+    text = json.dumps(document, indent=indent, ensure_ascii=False, separators=separators)
+    return _STRING_OR_SMALL_FLOAT.sub(_as_pydantic_float, text)

@@ -8,6 +8,7 @@ measured step time. Speedups are never below 1 (a fix that does not help is repo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -15,10 +16,13 @@ import numpy.typing as npt
 from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.model import JobMeta
+from diagnosers.npplain import median
 from diagnosers.remedy_model import Remedy
 from diagnosers.remedy_model import speedup as _speedup
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DRAIN_MAX_JOB_SHARE, CauseId
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 # When the trace's metadata does not say how many layers each stage holds and the user gave no
 # --layers-per-stage, the partition is computed for this many layers per stage and says so.
@@ -40,7 +44,7 @@ def layer_costs(stats: TraceStats, layers: Sequence[int]) -> tuple[float, npt.ND
     lay = np.asarray(layers, dtype=np.float64)
     per_layer = comp / np.maximum(lay, 1)
     middle = per_layer[1:-1] if len(per_layer) >= 3 else per_layer
-    c = float(np.median(middle)) if len(per_layer) >= 3 else float(middle.min())
+    c = float(median(middle)) if len(per_layer) >= 3 else float(middle.min())
     extra = np.clip(comp - lay * c, 0.0, None)
     return c, extra
 
@@ -301,7 +305,7 @@ def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     )
 
 
-def dataloader_remedy(match: CauseMatch, stats: TraceStats, report: WhatIfReport) -> Remedy:
+def dataloader_remedy(match: CauseMatch, stats: TraceStats, report: Report) -> Remedy:
     """Gain of removing the stall: measured step time minus the stall, never below the no-delay
     simulated time (what the engine predicts with every launch delay removed)."""
     from diagnosers.detectors.dataloader import stall_seconds
@@ -323,7 +327,7 @@ def dataloader_remedy(match: CauseMatch, stats: TraceStats, report: WhatIfReport
 def remedies_for(
     matches: Sequence[CauseMatch],
     stats: TraceStats,
-    report: WhatIfReport,
+    report: Report,
     *,
     layers_per_stage: Sequence[int] | None = None,
     meta: JobMeta | None = None,

@@ -6,46 +6,14 @@ strings in JSON (steps, DP ranks, stages and op-type names all become string key
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from diagnosers.fidelity import Fidelity as Fidelity
+from diagnosers.fidelity import assess_fidelity as assess_fidelity
 from diagnosers.model import JobMeta
-from diagnosers.thresholds import FidelityVerdict, fidelity_fields
 from diagnosers.thresholds import measured_loss as measured_loss
-
-
-class Fidelity(BaseModel):
-    """How well the simulated job stands for the measured one, and so how far to trust the rest.
-
-    ``unexplained_error`` is the measured step time's excess over the simulated one, relative to
-    the simulated one as in the study (``simulation_error = launch_slowdown - 1``), minus the part
-    a found cause accounts for (``explained_error``, e.g. a dataloader stall's idle time before the
-    first forward), as a magnitude (a simulation that overshoots counts too). The verdict compares it with
-    ``vocab.FIDELITY_GOOD_MAX`` (3%) and ``vocab.FIDELITY_UNRELIABLE_ABOVE`` (the study's 5%).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    verdict: FidelityVerdict
-    unexplained_error: float = Field(ge=0.0, description="simulation error left after explained gaps")
-    reason: str
-    simulation_error: float = Field(default=0.0, description="launch_slowdown - 1, as in the report")
-    explained_error: float = Field(default=0.0, ge=0.0, description="error part found causes explain")
-    explained_by: list[str] = Field(default_factory=list, description="cause ids that account for it")
-
-    @property
-    def unreliable(self) -> bool:
-        return self.verdict is FidelityVerdict.UNRELIABLE
-
-
-def assess_fidelity(
-    simulation_error: float, explained_error: float = 0.0, explained_by: Sequence[str] = ()
-) -> Fidelity:
-    """The fidelity verdict for a simulation error of which ``explained_error`` is accounted for
-    (``thresholds.fidelity_fields``, which documents the rule, as a :class:`Fidelity`)."""
-    return Fidelity(**fidelity_fields(simulation_error, explained_error, explained_by))
 
 
 class WorkerSlowdown(BaseModel):

@@ -14,6 +14,7 @@ Used by :mod:`diagnosers.diagnose` for traces that carry an explicit (kernel-lev
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,9 @@ from diagnosers.kernel_graph import node_label
 from diagnosers.model import OPTYPE_CODE, OpTable, Trace
 from diagnosers.report import WhatIfReport
 from diagnosers.whatif import WhatIfEngine, analyze
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 # ----------------------------------------------------------------------------------------------
 # transport noise: transient collective stalls, told apart from persistently slow communication
@@ -343,7 +347,7 @@ class DetectionView:
     bursts: HostBursts | None = None
 
 
-def detection_view(trace: Trace, engine: WhatIfEngine, report: WhatIfReport) -> DetectionView | None:
+def detection_view(trace: Trace, engine: WhatIfEngine, report: Report) -> DetectionView | None:
     """The detection view of a kernel-level job whose transient collective stalls
     (:func:`transport_noise`) or transient compute bursts (:func:`host_bursts`) are material,
     the two judged together (:func:`judge_noises`: ``NOISE_SHARE`` of the slowdown, or of what

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from diagnosers.npplain import unique
 from diagnosers.plainmodel import PlainModel, pydantic_checked, validating
 from diagnosers.vocab import CAUSE_TO_CATEGORIES, CauseId, Location, Pattern
 
@@ -531,7 +532,7 @@ def host_cluster(stats: TraceStats, cells: Iterable[tuple[int, int]]) -> list[in
     if not cl:
         return None
     hosts = stats.host_of
-    n_hosts = len(np.unique(hosts[hosts >= 0]))
+    n_hosts = len(unique(hosts[hosts >= 0]))
     hs = sorted({int(hosts[d, p]) for d, p in cl})
     if n_hosts < 2 or len(hs) > max(1, n_hosts // 4):
         return None

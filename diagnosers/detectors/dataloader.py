@@ -22,12 +22,16 @@ still a dataloader stall.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from diagnosers.detectors.base import MIN_SHARE, CauseMatch, TraceStats, categories_for, confidence, rounded
 from diagnosers.detectors.registry import register
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 LAUNCH_SLOWDOWN_MIN = 1.05
 
@@ -37,7 +41,7 @@ def stall_seconds(stats: TraceStats) -> float:
     return float(stats.launch_idle.max(axis=(1, 2)).mean()) if stats.launch_idle.size else 0.0
 
 
-def share_in_stalling_steps(report: WhatIfReport, stats: TraceStats, per_step: np.ndarray) -> float:
+def share_in_stalling_steps(report: Report, stats: TraceStats, per_step: np.ndarray) -> float:
     """How far the stall and the unexplained time of the steps it stalls are the same time.
 
     Over the steps whose largest gap is at least half the largest step's: per step the overlap
@@ -60,7 +64,7 @@ def share_in_stalling_steps(report: WhatIfReport, stats: TraceStats, per_step: n
 
 
 @register(CauseId.DATALOADER_STALL)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match unexplained launch time that sits in the gap before the steps' first forwards."""
     if report.launch_slowdown < LAUNCH_SLOWDOWN_MIN or stats.launch_idle.size == 0:
         return None

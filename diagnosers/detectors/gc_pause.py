@@ -33,6 +33,7 @@ confidence, but is not required: short profiles rarely show it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -47,8 +48,11 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, OUTLIER_REL, OUTLIER_Z
-from diagnosers.report import WhatIfReport
+from diagnosers.npplain import median, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 Z_MIN = OUTLIER_Z
 REL_MIN = OUTLIER_REL
@@ -116,7 +120,7 @@ def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
     rows = stats.fwd_index[paused]
     cell = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
     key = cell * (int(stats.op_mb.max(initial=0)) + 2) + stats.op_mb[rows].astype(np.int64) + 1
-    pairs = np.unique(key * stats.n_steps + stats.op_step_index[rows])
+    pairs = unique(key * stats.n_steps + stats.op_step_index[rows])
     _, steps_per_key = np.unique(pairs // stats.n_steps, return_counts=True)
     return bool(steps_per_key.max() > 0.5 * stats.n_steps)
 
@@ -142,9 +146,9 @@ def backwards_as_slow(stats: TraceStats, excess: float) -> int:
     key = stats.op_pp[is_bwd].astype(np.int64) * n_chunks + stats.op_gmc[is_bwd] + 1
     dur = stats.transfer[is_bwd]
     med = np.zeros_like(dur)
-    for k in np.unique(key):
+    for k in unique(key):
         m = key == k
-        med[m] = np.median(dur[m])
+        med[m] = median(dur[m])
     return int(((dur - med) >= 0.5 * excess).sum())
 
 
@@ -161,7 +165,7 @@ def job_wide_stall_steps(
     need = n_workers if n_workers <= 8 else int(np.ceil(STALL_WORKERS * n_workers))
     if need < 3:
         return []
-    return [int(i) for i in np.unique(step_idx) if len(np.unique(cell[step_idx == i])) >= need]
+    return [int(i) for i in unique(step_idx) if len(unique(cell[step_idx == i])) >= need]
 
 
 def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: npt.NDArray[np.int64],
@@ -191,7 +195,7 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
 
 
 @register(CauseId.GC_PAUSE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match sporadic, forward-only pauses spread over workers and steps."""
     if report.slowdown < DECOMPOSE_THRESHOLD or len(stats.fwd_index) == 0:
         return None
@@ -247,7 +251,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         rows, cell, step_idx = rows[~frozen], cell[~frozen], step_idx[~frozen]
         if not paused.any():
             return None
-    pairs = np.unique(cell * stats.n_steps + step_idx)
+    pairs = unique(cell * stats.n_steps + step_idx)
     if len(pairs) < 2:
         return None
     if stats.probe is not None:
@@ -272,8 +276,8 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     growing = growth >= 0.5 and int((pause_by_step > 0).sum()) >= 4
     n_pauses = int(paused.sum())
     mean_pause = float(stats.fwd_excess[paused].mean())
-    cells_hit = sorted({(int(c // stats.pp), int(c % stats.pp)) for c in np.unique(cell)})
-    steps_hit = sorted({int(stats.steps[i]) for i in np.unique(step_idx)})
+    cells_hit = sorted({(int(c // stats.pp), int(c % stats.pp)) for c in unique(cell)})
+    steps_hit = sorted({int(stats.steps[i]) for i in unique(step_idx)})
     n_workers = stats.dp * stats.pp
     fit = 0.75 + (0.15 if growing else 0.0) + 0.1 * min(1.0, len(cells_hit) / max(2, n_workers // 4))
     summary = (

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from diagnosers.npplain import median
+
 Arr = npt.NDArray[np.float64]
 # MAD -> standard deviation for a normal distribution.
 MAD_SIGMA = 1.4826
@@ -43,10 +45,10 @@ def peer_reference(values: Arr, cells: Iterable[tuple[int, int]]) -> Arr:
     inside = _inside(dp, pp, cells)
     out = np.empty((n_s, pp))
     everyone_else = values[:, ~inside] if (~inside).any() else values.reshape(n_s, -1)
-    fallback = np.median(everyone_else, axis=1)
+    fallback = median(everyone_else, axis=1)
     for p in range(pp):
         peers = ~inside[:, p]
-        out[:, p] = np.median(values[:, peers, p], axis=1) if peers.any() else fallback
+        out[:, p] = median(values[:, peers, p], axis=1) if peers.any() else fallback
     return out
 
 
@@ -81,7 +83,7 @@ def median_of_others(v: Arr) -> Arr:
     ranks above k down by one, so the middle one or two values are read from the sorted row."""
     m = v.shape[1]
     if not np.isfinite(v).all():  # NaN orders differently in a sort: the plain medians
-        return np.stack([np.median(np.delete(v, j, axis=1), axis=1) for j in range(m)], axis=1)
+        return np.stack([median(np.delete(v, j, axis=1), axis=1) for j in range(m)], axis=1)
     order = np.argsort(v, axis=1, kind="stable")
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(m)[None, :], axis=1)
@@ -130,11 +132,11 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     keep = np.isfinite(r).all(axis=0)
     if dp < 2 or not keep.any():
         return NoiseFloor(MIN_SIGMA, MIN_SIGMA, n_s, dp * pp)
-    typical = np.median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)
+    typical = median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)
     dev = (r - typical[None])[:, keep]
-    step = MAD_SIGMA * float(np.median(np.abs(dev))) if n_s >= 2 else MIN_SIGMA
+    step = MAD_SIGMA * float(median(np.abs(dev))) if n_s >= 2 else MIN_SIGMA
     tv = typical[keep]
-    worker = MAD_SIGMA * float(np.median(np.abs(tv - np.median(tv))))
+    worker = MAD_SIGMA * float(median(np.abs(tv - median(tv))))
     return NoiseFloor(max(step, MIN_SIGMA), max(worker, MIN_SIGMA), n_s, int(keep.sum()))
 
 
@@ -200,8 +202,8 @@ def noise_correlation(a: Arr, b: Arr, exclude: Iterable[tuple[int, int]] = ()) -
     cols = ok.all(axis=0)  # workers with peers in every step (the rest are all-NaN)
     if cols.sum() < 2:
         return 0.0
-    da = (ra[:, cols] - np.median(ra[:, cols], axis=0, keepdims=True)).ravel()
-    db = (rb[:, cols] - np.median(rb[:, cols], axis=0, keepdims=True)).ravel()
+    da = (ra[:, cols] - median(ra[:, cols], axis=0, keepdims=True)).ravel()
+    db = (rb[:, cols] - median(rb[:, cols], axis=0, keepdims=True)).ravel()
     if da.std() <= 0 or db.std() <= 0:
         return 0.0
     return max(0.0, float(np.corrcoef(da, db)[0, 1]))
@@ -236,8 +238,8 @@ def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) 
     lay = np.asarray(layers, dtype=np.float64)
     per_layer = compute.mean(axis=(0, 1)) / lay
     for r in rows:
-        ref = float(np.median(np.delete(per_layer, r)))
-        if ref <= 0 or lay[r] <= float(np.median(np.delete(lay, r))):
+        ref = float(median(np.delete(per_layer, r)))
+        if ref <= 0 or lay[r] <= float(median(np.delete(lay, r))):
             return False
         if abs(per_layer[r] / ref - 1.0) > PARTITION_TOLERANCE:
             return False

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from diagnosers.detectors.base import CauseMatch, TraceStats
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import CauseId
 
-Detector = Callable[[WhatIfReport, TraceStats], CauseMatch | None]
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
+
+Detector = Callable[["Report", TraceStats], CauseMatch | None]
 
 DETECTORS: dict[CauseId, Detector] = {}
 # Findings tried only when no detector matched (e.g. one worker far outside the job's noise).
@@ -54,7 +57,7 @@ def all_detectors() -> dict[CauseId, Detector]:
     return dict(DETECTORS)
 
 
-def detect_all(report: WhatIfReport, stats: TraceStats) -> list[CauseMatch]:
+def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
     """Run every detector; matches sorted by confidence, highest first (ties: cause id order).
     With no match, the first fallback finding that holds (``register_fallback``: the
     outlier-worker finding of ``faulty_machine``)."""

@@ -31,6 +31,8 @@ differ by design and agree across ranks and steps, and rebalancing them evens ou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
@@ -46,9 +48,12 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD, _group_median
+from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids
-from diagnosers.report import WhatIfReport
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 CORRELATION = 0.9
 # The noise-aware path: one stage at CORRELATION, the stages' mean at least this, the slowest
@@ -69,9 +74,9 @@ def persistent_factor(stats: TraceStats) -> npt.NDArray[np.float64]:
     A slow machine is slow in every step; data imbalance is not. Dividing it out first keeps a
     faulty worker from passing for a data problem."""
     comp = stats.compute
-    ref = np.median(comp, axis=1, keepdims=True)
+    ref = median(comp, axis=1, keepdims=True)
     ratio = np.divide(comp, ref, out=np.ones_like(comp), where=ref > 0)
-    return np.asarray(np.median(ratio, axis=0), dtype=np.float64)
+    return np.asarray(median(ratio, axis=0), dtype=np.float64)
 
 
 def rebalanced_durations(stats: TraceStats) -> npt.NDArray[np.float64]:
@@ -165,13 +170,13 @@ def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, np
     slowest = per_replica.argmax(axis=1)
     counts = np.bincount(slowest, minlength=stats.dp)
     mode_fraction = float(counts.max() / max(len(slowest), 1))
-    med = np.median(per_replica, axis=1)
+    med = median(per_replica, axis=1)
     ratio = per_replica.max(axis=1) / np.maximum(med, 1e-12)
     return slowest.astype(np.int64), mode_fraction, ratio
 
 
 @register(CauseId.SEQUENCE_LENGTH_IMBALANCE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match warm DP ranks whose slowest member moves, with correlated fwd/bwd microbatch costs."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp < 2 or stats.n_steps < 2 or not stats.microbatches:
         return None
@@ -200,7 +205,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     # One stage's correlation alone is weak evidence: then the what-if must carry most of it.
     if share < (MOST_SHARE if relaxed and not coherent else MIN_SHARE):
         return None
-    distinct = len(np.unique(slowest))
+    distinct = len(unique(slowest))
     # Fit: how strongly fwd/bwd agree above the 0.9 bar and how freely the slow rank moves.
     fit = 0.7 + 0.15 * min(1.0, max(corr_mean - CORRELATION, 0.0) / 0.08) + 0.15 * (1.0 - mode_fraction)
     if relaxed:

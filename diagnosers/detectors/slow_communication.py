@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -62,8 +63,11 @@ from diagnosers.detectors.base import (
 from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
-from diagnosers.report import WhatIfReport
+from diagnosers.npplain import median, percentile, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 COMM_CODES = np.array(sorted(OPTYPE_CODE[n] for n in COMM_OPTYPES), dtype=np.int16)
 DP_CODES = np.array(
@@ -204,8 +208,8 @@ def candidates(
     host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
-    n_hosts = len(np.unique(hosts_flat[hosts_flat >= 0]))
-    for h in np.unique(hosts_flat[elevated]) if n_hosts >= 2 else []:
+    n_hosts = len(unique(hosts_flat[hosts_flat >= 0]))
+    for h in unique(hosts_flat[elevated]) if n_hosts >= 2 else []:
         members = hosts_flat == h
         if members.sum() > 1 and elevated[members].all():
             scored.append((float(p2p_sum[members].sum()), "host", int(h)))
@@ -215,10 +219,10 @@ def candidates(
     # peers: with batched P2P (interleaved 1F1B) waits leak into transfer times and lift a slow
     # NIC's host-mates above the type's baseline, but not above their own stage peers.
     by_stage = p2p_ratio.reshape(dp, pp)
-    stage_median = np.median(by_stage, axis=0)
+    stage_median = median(by_stage, axis=0)
     above_peers = (by_stage >= 2.0 * stage_median[None, :]).reshape(-1)
     host_stands_out = np.zeros(dp * pp, dtype=bool)
-    for h in np.unique(hosts_flat[in_slow_host]):
+    for h in unique(hosts_flat[in_slow_host]):
         members = hosts_flat == h
         if above_peers[members].all():
             host_stands_out |= members
@@ -234,7 +238,7 @@ def candidates(
         # ends of its point-to-point transfers (the peer's half of each pair is as slow).
         extra = is_dp & np.isin(p, [st for st in stages if dp_slow[st]])
         own = link[mask]
-        touched = np.unique(own[own >= 0])
+        touched = unique(own[own >= 0])
         return with_batches(mask | extra | _member(link, touched), batch)
 
     out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
@@ -316,7 +320,7 @@ def stands_out(
 
     def above(table: npt.NDArray[np.float64], d: int, s: int) -> bool:
         peers = np.delete(table[:, s], d)
-        ref = float(np.median(peers)) if peers.size else 1.0
+        ref = float(median(peers)) if peers.size else 1.0
         return bool(table[d, s] >= STANDOUT and table[d, s] >= STANDOUT * ref)
 
     far = None
@@ -369,7 +373,7 @@ def far_end_agrees(far: npt.NDArray[np.float64], d: int, s: int) -> bool:
         mine = far[d, s, side]
         peers = np.delete(far[:, s, side], d)
         peers = peers[np.isfinite(peers)]
-        if np.isfinite(mine) and peers.size and mine >= FAR_END * float(np.median(peers)):
+        if np.isfinite(mine) and peers.size and mine >= FAR_END * float(median(peers)):
             return True
     return False
 
@@ -386,7 +390,7 @@ def compute_normal(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
     bar = max(OWN_Z * floor.typical_sigma(), float(np.log(1.0 + MIN_EXCESS)))
     for c in cells:
         r = np.log(np.maximum(peer_ratio(stats.compute, c), 1e-12))
-        if float(np.median(r)) >= bar:
+        if float(median(r)) >= bar:
             return False
     return True
 
@@ -632,7 +636,7 @@ def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float
 def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
     when all its transfers have, so fixing one direction alone leaves the call as slow."""
-    hit = np.unique(batch[mask & (batch >= 0)])
+    hit = unique(batch[mask & (batch >= 0)])
     return mask | _member(batch, hit) if hit.size else mask
 
 
@@ -667,13 +671,13 @@ def type_baseline(
     # one quartile per type, then one lookup per op (a scatter per type wrote every row again)
     table = np.zeros(max(len(counts), int(stats.optype.max(initial=-1)) + 1), dtype=transfer.dtype)
     for code in np.flatnonzero(counts):
-        table[code] = np.percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
+        table[code] = percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
     # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
     return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
 
 
 @register(CauseId.SLOW_COMMUNICATION)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match communication-dominated slowdown and localise it to a link or group when possible."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.probe is None:
         return None

@@ -26,6 +26,8 @@ Evidence, all of which must hold:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from diagnosers.detectors.base import (
@@ -41,8 +43,11 @@ from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.heatmap import worker_matrix
-from diagnosers.report import WhatIfReport
+from diagnosers.npplain import median, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 # As for a faulty machine: the stage must be heavy in at least 3/4 of the steps.
 PERSIST_FRACTION = 0.75
@@ -69,7 +74,7 @@ def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
     on_stage = stats.op_pp == stage
     for code in (FWD, BWD):
         of_type = (stats.optype == code) & on_stage
-        for g in np.unique(stats.op_gmc[of_type]):
+        for g in unique(stats.op_gmc[of_type]):
             m = of_type & (stats.op_gmc == g)
             mean_here = d[m].mean()
             target = stats.probe.ideal[m].mean()
@@ -88,17 +93,17 @@ def _own_compute_ratio(stats: TraceStats, comp: np.ndarray, cells: list[tuple[in
     hs = {int(stats.host_of[d, p]) for d, p in cells}
     off_hosts = ~np.isin(stats.host_of, list(hs)) & (stats.rank_of >= 0)
     # A whole row on the host has no stage peer off it: compare with every worker off the hosts.
-    fallback = float(np.median(comp[off_hosts])) if off_hosts.any() else float("nan")
+    fallback = float(median(comp[off_hosts])) if off_hosts.any() else float("nan")
     out = []
     for d, p in cells:
         peers = comp[~inside[:, p], p]
-        ref = float(np.median(peers)) if peers.size else fallback
+        ref = float(median(peers)) if peers.size else fallback
         out.append(comp[d, p] / ref if ref > 0 else float("nan"))
     return out
 
 
 def _hot_cells_on_hosts(
-    stats: TraceStats, report: WhatIfReport, cells: list[tuple[int, int]]
+    stats: TraceStats, report: Report, cells: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
     """Hot cells (S_w excess >= half the hottest) on the hosts of ``cells``."""
     m = worker_matrix(report, "exact")
@@ -132,15 +137,15 @@ def _known_heavy(stats: TraceStats, stage: int) -> bool:
     layers = stats.layers_per_stage
     if layers is None or len(layers) != stats.pp:
         return False
-    return bool(layers[stage] > float(np.median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
+    return bool(layers[stage] > float(median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
 
 
 def _heavy_row(
-    stats: TraceStats, report: WhatIfReport, comp: np.ndarray, hot: int
+    stats: TraceStats, report: Report, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
     """(typical, max row ratio, host cluster or None) when stage ``hot``'s whole row is heavy."""
     others = np.delete(comp, hot, axis=1)
-    ref = float(np.median(others)) if others.size else 0.0
+    ref = float(median(others)) if others.size else 0.0
     if ref <= 0:
         return None
     row = comp[:, hot] / ref
@@ -150,7 +155,7 @@ def _heavy_row(
     # ranks that stand out of it on their own (leave-one-out, ``ROW_OUTLIER``).
     outliers = _row_outliers(row)
     row = row[~outliers]
-    row_typical, row_min = float(np.median(row)), float(row.min())
+    row_typical, row_min = float(median(row)), float(row.min())
     if outliers.any() and row_typical - 1.0 < ROW_HEAVY:
         # Without its slow machine the stage must still be clearly heavy on its own: a machine's
         # waiting peers are not a heavy stage.
@@ -168,8 +173,8 @@ def _heavy_row(
     # Persistent: a partition makes the stage heavy in every step; pauses or data make it heavy in
     # some. Per step, the row's typical DP rank must carry at least half the typical excess.
     per_step = stats.compute[:, :, hot]
-    others_step = np.median(np.delete(stats.compute, hot, axis=2).reshape(stats.n_steps, -1), axis=1)
-    step_ratio = np.median(per_step, axis=1) / np.maximum(others_step, 1e-12)
+    others_step = median(np.delete(stats.compute, hot, axis=2).reshape(stats.n_steps, -1), axis=1)
+    step_ratio = median(per_step, axis=1) / np.maximum(others_step, 1e-12)
     if float(np.mean(step_ratio - 1.0 >= 0.5 * (row_typical - 1.0))) < PERSIST_FRACTION:
         return None
     row_cells = [(d, hot) for d in range(stats.dp)]
@@ -196,7 +201,7 @@ def _heavy_row(
 
 
 @register(CauseId.STAGE_IMBALANCE)
-def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match a hot PP row; None when the job is not slowed or no stage stands out."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.pp < 2:
         return None
@@ -252,7 +257,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
     if layers is not None and min(layers) > 0:
         per_layer = stage_comp / np.asarray(layers, dtype=np.float64)
         # The partition explains the heavy stage when its compute per layer is like the others'.
-        explained = bool(per_layer[hot] <= 1.1 * float(np.median(np.delete(per_layer, hot))))
+        explained = bool(per_layer[hot] <= 1.1 * float(median(np.delete(per_layer, hot))))
     middle = hot not in (0, stats.pp - 1)
     if middle and not explained:
         # The known mechanisms are the embedding (first stage), the loss head (last stage) or a

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from diagnosers.detectors.base import Engine, Probe, TraceStats
 from diagnosers.model import OPTYPE_CODE, Trace
+from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids, reduce_into
 from diagnosers.readers.validate import common_keys
 
@@ -138,7 +139,7 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     lo, hi = int(step.min()), int(step.max())
     if hi - lo > 4 * len(step) + 1024:
-        steps = np.unique(step).astype(np.int64)
+        steps = unique(step).astype(np.int64)
         return steps, np.searchsorted(steps, step).astype(np.int64)
     offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
     present = np.bincount(offset, minlength=hi - lo + 1) > 0
@@ -190,7 +191,7 @@ def _launch_idle(
         # exceeds the gap to the next start by the pipeline's overlap only), or half the typical
         # span: judged per step, a step much shorter than the others does not hide the axis.
         span = step_end - step_start
-        shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.minimum(span[:-1], np.median(span))))
+        shared_axis = bool(np.all(np.diff(step_start) > 0.5 * np.minimum(span[:-1], median(span))))
         if shared_axis:
             prev = np.full(size, -np.inf)
             consecutive = np.r_[False, np.diff(steps) == 1]

@@ -109,7 +109,7 @@ def job_rows(monitor: Any, limit: int = 50) -> list[dict[str, Any]] | None:
 def trace_view(lens: Lens, trace_id: str, *, max_steps: int = 64) -> dict[str, Any]:
     """Everything a trace page shows: the record, the full diagnosis, the job heatmap and its
     detail (cell ranks and hosts, per-step maps), and the per-step slowdown series."""
-    from diagnosers.heatmap import heatmap_detail
+    from diagnosers.heatmap_detail import heatmap_detail
 
     rec = lens.record(trace_id)
     d = lens.diagnosis(rec.id)

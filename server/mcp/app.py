@@ -7,7 +7,7 @@ web surface from the pages' templates and static files and handed in by the asse
 two tools are plain tools. Hosts hand the view the tool result by postMessage.
 
 A client that negotiated Apps gets the same result plus ``_meta[DETAIL_KEY]``: each cell's ranks
-and hosts and the per-step maps (``diagnosers.heatmap.heatmap_detail``), so the view can offer
+and hosts and the per-step maps (``diagnosers.heatmap_detail.heatmap_detail``), so the view can offer
 its step selector; every other client gets exactly the answer it got before the App existed.
 """
 
@@ -71,7 +71,7 @@ def app_tools(apps: Apps, lens: Callable[[], Lens], have: dict[str, bool], html:
         """The result itself for clients without Apps; with the heatmap detail for the App."""
         if not client_supports_apps(ctx):
             return result
-        from diagnosers.heatmap import heatmap_detail
+        from diagnosers.heatmap_detail import heatmap_detail
 
         L = lens()
         report = await run(L.whatif, trace_id)

@@ -3,7 +3,8 @@
 Prints a readable diagnosis, or with ``--json`` the public diagnose JSON (the MCP ``diagnose``
 tool returns the same shape): ``summary``, ``slowdown``, ``straggling``, ``causes``, ``remedies``,
 ``similar_incidents``, ``heatmap``, ``notes`` and ``report``. ``--heatmap out.png`` also writes the
-job's DP x PP heatmap.
+job's DP x PP heatmap. The diagnosis is ``diagnosers.diagnosis_doc.diagnosis_json``'s document,
+printed with ``--json`` without building the pydantic model (nor importing pydantic).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def similar_function() -> Callable[..., Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from diagnosers.diagnose import diagnose
+    from diagnosers.diagnosis_doc import diagnosis_json
     from diagnosers.readers import load_trace
     from server.cli.progress import progress_bar
 
@@ -46,22 +47,28 @@ def handle(args: argparse.Namespace) -> int:
         bar(0.0, "reading the trace")
         trace = load_trace(args.paths, read_options(args))
         similar = None if args.no_similar else similar_function()
-        diagnosis = diagnose(
+        doc = diagnosis_json(
             trace,
             similar=similar,
             layers_per_stage=args.layers_per_stage,
             progress=lambda f, m: bar(0.05 + 0.95 * f, m),
         )
-    if args.heatmap and diagnosis.heatmap is not None:
+    if args.heatmap:
+        from diagnosers.heatmap import Heatmap
         from diagnosers.render.png import render_png
 
-        render_png(diagnosis.heatmap, args.heatmap)
+        render_png(Heatmap.model_validate(doc["heatmap"]), args.heatmap)
     if args.json:
-        print(diagnosis.model_dump_json(indent=2))
+        # the document is Diagnosis.model_dump(mode="json"): printed as the model would print it,
+        # without importing pydantic
+        from diagnosers.plainmodel import json_text
+
+        print(json_text(doc))
     else:
+        from diagnosers.diagnose import Diagnosis
         from diagnosers.render.text import render_diagnosis
 
-        print(render_diagnosis(diagnosis))
+        print(render_diagnosis(Diagnosis.model_validate(doc)))
         if args.heatmap:
             print(f"\nheatmap written to {args.heatmap}")
     return 0
