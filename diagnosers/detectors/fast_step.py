@@ -33,6 +33,7 @@ evidence ``signature: fast-step`` and a lower confidence (``FAST_FIT``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -42,8 +43,11 @@ from diagnosers.detectors.faulty_machine import _shares, optimizer_ratio
 from diagnosers.detectors.registry import register_fallback
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.heatmap import worker_matrix
-from diagnosers.report import WhatIfReport
+from diagnosers.npplain import median
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
+
+if TYPE_CHECKING:
+    from diagnosers.report_view import Report
 
 FAST_FWD_MIN = 1.6
 FAST_COMPUTE_MIN = 1.05
@@ -81,10 +85,10 @@ def fast_factor(fastest: npt.NDArray[np.float64], cell: tuple[int, int]) -> tupl
     peers = peers[np.isfinite(peers)]
     if not peers.size or not np.isfinite(fastest[d, p]):
         return float("nan"), None
-    med = float(np.median(peers))
+    med = float(median(peers))
     sigma = None
     if peers.size >= 2:
-        sigma = max(1.4826 * float(np.median(np.abs(peers - med))), FAST_MIN_SIGMA)
+        sigma = max(1.4826 * float(median(np.abs(peers - med))), FAST_MIN_SIGMA)
     return float(fastest[d, p]) - med, sigma
 
 
@@ -138,7 +142,7 @@ def fast_step_holds(c: FastStep) -> str | None:
 
 
 @register_fallback
-def fast_step_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
+def fast_step_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     """The fast-step finding (module doc): a kernel-level job's worker whose fastest steps are slow
     against its stage peers', as a lower-confidence faulty machine."""
     if stats.microbatches or report.slowdown < DECOMPOSE_THRESHOLD:
@@ -155,7 +159,7 @@ def fast_step_worker(report: WhatIfReport, stats: TraceStats) -> CauseMatch | No
     return _fast_match(report, stats, c, form, share, compute_share)
 
 
-def _fast_match(report: WhatIfReport, stats: TraceStats, c: FastStep, form: str, share: float,
+def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share: float,
                 compute_share: float) -> CauseMatch:
     """The CauseMatch of a fast-step finding: summary, location and evidence."""
     loc = stats.location([c.cell])
