@@ -609,6 +609,10 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         affected[: min(t.onset.index for t in kept if t.onset is not None)] = False
     persist = float(min(t.persist for t in kept))
     peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
+    if peer_ratio_v - 1.0 < MIN_EXCESS:
+        # Its compute is no slower than its peers' (e.g. one DP rank, compared with the other
+        # stage, where no spread is left to call it an outlier against): nothing of a machine.
+        return None
     z = outlier_z(stats, cells, affected, floor)
     # The slowest of a normal spread of GPU speeds is not a faulty machine. On a busy host a few
     # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second
