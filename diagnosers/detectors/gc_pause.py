@@ -25,7 +25,9 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
   step are one stall of the whole job, not collectors; they are left out (and named in the
   diagnosis notes) before the rest is judged;
 - what-if: removing the pauses removes at least ``MIN_SHARE`` of the slowdown, or putting only
-  the pauses back into the ideal run recreates that share (the larger of the two counts).
+  the pauses back into the ideal run recreates that share (the larger of the two counts); beside
+  a larger cause, that share may instead be at least ``SECONDARY_EFFECT`` (5%) of the ideal step
+  (``base.real_share``).
 Growth over steps (pause time correlated with step index) marks the pattern ``growing`` and raises
 confidence, but is not required: short profiles rarely show it.
 """
@@ -38,11 +40,11 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.detectors.base import (
-    MIN_SHARE,
     CauseMatch,
     TraceStats,
     categories_for,
     confidence,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.registry import register
@@ -274,7 +276,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         share = float(stats.fwd_excess[paused].sum() / max(stats.step_time.sum(), 1e-12)) / max(
             report.slowdown - 1.0, 1e-9
         )
-    if share < MIN_SHARE:
+    if not real_share(share, stats.probe):
         return None
 
     pause_by_step = np.bincount(step_idx, weights=stats.fwd_excess[paused], minlength=stats.n_steps)

@@ -20,7 +20,8 @@ Evidence, all of which must hold:
   a pause;
 - what-if: scaling only that stage's compute to the job-wide typical per-op-type duration (per model
   chunk), keeping every within-chunk variation, removes at least ``MIN_SHARE`` of the slowdown, or
-  putting only that imbalance back into the ideal run recreates that share (the larger counts).
+  putting only that imbalance back into the ideal run recreates that share (the larger counts);
+  beside a larger cause, at least ``SECONDARY_EFFECT`` (5%) of the ideal step (``real_share``).
   That isolates the between-stage part from, say, sequence-length noise living on the same stage.
 """
 
@@ -29,12 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from diagnosers.detectors.base import (
-    MIN_SHARE,
     CauseMatch,
     TraceStats,
     categories_for,
     confidence,
     host_cluster,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.peers import median_of_others, partition_explains
@@ -240,7 +241,7 @@ def detect(report: WhatIfReport, stats: TraceStats) -> CauseMatch | None:
         share = max(rem, add)
     else:
         share = m_s if m_s is not None else 0.0
-    if share < MIN_SHARE:
+    if not real_share(share, stats.probe):
         return None
 
     others_f = np.delete(stats.stage_fwd_mean, hot)
