@@ -28,7 +28,10 @@ is ≥ 5% longer than the step without the stall); top-1 = the first cause is a 
 place (an onset also with ``temporal: onset``); multi-cause recall = each clear labelled cause
 anywhere at its place; healthy (and job-wide-stall) jobs must name no faulty-machine or GC.
 
-    .venv/bin/python bench/heldout3.py [--family NAME] [--verbose] [--json] [--list] [--subset N]
+``--set 4`` draws the same families from another seed (``SEEDS``): fixed after set 3's fixes and
+before its own first run.
+
+    .venv/bin/python bench/heldout3.py [--set 3|4] [--family NAME] [--verbose] [--json] [--list] [--subset N]
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ from diagnosers.vocab import CauseId, Temporal
 
 S = Scenario
 SET3_SEED = 3_2026_1201
+# Set 4: the same families from another seed, defined (and committed) after set 3's fixes and
+# before it was ever run: a fresh figure for those fixes on unseen draws of the same new shapes.
+SEEDS = {3: SET3_SEED, 4: 4_2026_1201}
 PER_FAMILY = 12
 CLEAR = 1.05
 MAX_WORKERS = 240
@@ -346,16 +352,18 @@ FAMILIES = [
 MIX_JOBS = {2: 18, 3: 6}
 
 
-def set3_cases() -> list[H3Case]:
-    """The fixed list: every family's jobs, then the mixes (deterministic in ``SET3_SEED``)."""
+def set3_cases(which: int = 3) -> list[H3Case]:
+    """The fixed list ``which`` (3 or 4): every family's jobs, then the mixes (deterministic in
+    ``SEEDS[which]``)."""
+    seed = SEEDS[which]
     cases: list[H3Case] = []
     for k, fam in enumerate(FAMILIES):
-        rng = random.Random(SET3_SEED * 100 + k)
+        rng = random.Random(seed * 100 + k)
         for i in range(PER_FAMILY):
             spec, cost, stall = _one(fam, rng)
             cases.append(H3Case(f"{fam}-{i}", fam, spec, cost, stall))
     for n, count in MIX_JOBS.items():
-        rng = random.Random(SET3_SEED * 100 + 50 + n)
+        rng = random.Random(seed * 100 + 50 + n)
         for i in range(count):
             spec, cost, stall = _mix(rng, n)
             cases.append(
@@ -366,11 +374,11 @@ def set3_cases() -> list[H3Case]:
     return cases
 
 
-def subset(n_per_family: int) -> list[H3Case]:
+def subset(n_per_family: int, which: int = 3) -> list[H3Case]:
     """The first ``n_per_family`` jobs of every family and mix group (a fast slice for tests)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
-    for c in set3_cases():
+    for c in set3_cases(which):
         if seen[c.family] < n_per_family:
             out.append(c)
             seen[c.family] += 1
@@ -507,7 +515,7 @@ def summarize(outcomes: list[H3Outcome]) -> dict[str, object]:
 def print_summary(summary: dict[str, object]) -> None:
     """The figures, then one line per family."""
     top1, recall = float(summary["top1_clear"]), float(summary["multi_cause_recall"])  # type: ignore[arg-type]
-    print(f"held-out set 3: {summary['jobs']} jobs, {summary['clear_jobs']} clear")
+    print(f"held-out set {summary.get('set', 3)}: {summary['jobs']} jobs, {summary['clear_jobs']} clear")
     print(f"{'top1_clear':28s} {top1:.3f} ({summary['top1_clear_right']} of {summary['clear_jobs']})")
     print(f"{'multi_cause_recall':28s} {recall:.3f} ({summary['multi_cause_found']})")
     print(f"{'multi_cause_jobs':28s} {summary['multi_cause_jobs']}")
@@ -528,8 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--set", type=int, default=3, choices=sorted(SEEDS), help="set 3 or set 4 (other seed)")
     args = ap.parse_args(argv)
-    cases = subset(args.subset) if args.subset else set3_cases()
+    cases = subset(args.subset, args.set) if args.subset else set3_cases(args.set)
     if args.family:
         cases = [c for c in cases if c.family == args.family]
     if args.list:
@@ -542,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0, c0 = time.perf_counter(), time.process_time()
     summary = summarize(run(cases, args.verbose))
+    summary["set"] = args.set
     summary["wall_seconds"] = round(time.perf_counter() - t0, 1)
     summary["cpu_seconds"] = round(time.process_time() - c0, 1)
     if args.json:
