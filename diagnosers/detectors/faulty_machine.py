@@ -520,6 +520,11 @@ def _timings(
     if stats.dp < 2:
         # One DP rank: no stage peers; compare with the other stages (peer_reference's fallback).
         cells = slow_cells(stats, candidates)
+        if cells and partition_explains(stats.compute, stats.layers_per_stage, sorted({p for _, p in cells})):
+            # Every cell is a whole stage, and the partition gives those stages more layers with
+            # compute that follows the layer count: the stage imbalance's finding, as for a host
+            # that is exactly some whole stages above.
+            return None
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], None, floor
     n_workers = stats.dp * stats.pp
     if len(candidates) > max(1, n_workers // 4):

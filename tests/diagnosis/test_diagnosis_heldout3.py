@@ -100,6 +100,16 @@ def test_fresh_run_misses_now_found_in_place(name: str, top: str) -> None:
         assert o.found == o.wanted == 2, o.got  # both causes, each at its place
 
 
+def test_set4_one_dp_rank_heavier_stage_is_no_faulty_machine() -> None:
+    # set 4, after its one run: one DP rank, ten stages, the partition gives stage 6 1.6x the layers
+    # and its compute follows them; the machine test (stages compared, no DP peers) named it
+    # faulty-machine first. Now left to the stage imbalance, as a host that is whole stages is.
+    case = {c.name: c for c in heldout3.set3_cases(4)}["stage-layers-8"]
+    job = generate(case.spec, case.cost)
+    o = heldout3.score(case, job, diagnose(job.trace))
+    assert [g[:3] for g in o.got] == [("stage-imbalance", 0.99, [6])]
+
+
 def test_a_slice_of_set_3_at_its_second_look_figures() -> None:
     outcomes = heldout3.run(heldout3.subset(1))
     s = heldout3.summarize(outcomes)
