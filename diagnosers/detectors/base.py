@@ -487,6 +487,22 @@ class TraceStats:
 # "most of the slowdown" criterion (M > 50%, METHOD.md A5/A6) is where confidence saturates.
 MIN_SHARE = 0.25
 MOST_SHARE = 0.5
+# A cause beside a larger one holds a small share of the job's whole loss by construction; it is
+# still real when, alone, it costs at least this fraction of the ideal step (the 5% that makes an
+# injected cause "clear", docs/ACCURACY.md): ``real_share``.
+SECONDARY_EFFECT = 0.05
+
+
+def real_share(share: float, probe: Probe | None) -> bool:
+    """Whether a cause's what-if ``share`` (of the gap between the measured and the ideal run;
+    the larger of removing it and putting only it back) is real: at least ``MIN_SHARE``, or, as a
+    cause beside others, at least ``SECONDARY_EFFECT`` of the ideal step time in seconds
+    (``share`` times the gap over the ideal step). Only the first without a probe."""
+    if share >= MIN_SHARE:
+        return True
+    if probe is None or probe.t_ideal <= 0:
+        return False
+    return share * (probe.t_orig - probe.t_ideal) / probe.t_ideal >= SECONDARY_EFFECT
 
 
 def confidence(share: float, fit: float) -> float:

@@ -558,6 +558,11 @@ def _timings(
     if stats.dp < 2:
         # One DP rank: no stage peers; compare with the other stages (peer_reference's fallback).
         cells = slow_cells(stats, candidates)
+        if cells and partition_explains(stats.compute, stats.layers_per_stage, sorted({p for _, p in cells})):
+            # Every cell is a whole stage, and the partition gives those stages more layers with
+            # compute that follows the layer count: the stage imbalance's finding, as for a host
+            # that is exactly some whole stages above.
+            return None
         return [cell_timing(stats, c, floor, leave_out=cells) for c in cells], None, floor
     n_workers = stats.dp * stats.pp
     if len(candidates) > max(1, n_workers // 4):
@@ -647,6 +652,10 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         affected[: min(t.onset.index for t in kept if t.onset is not None)] = False
     persist = float(min(t.persist for t in kept))
     peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
+    if peer_ratio_v - 1.0 < MIN_EXCESS:
+        # Its compute is no slower than its peers' (e.g. one DP rank, compared with the other
+        # stage, where no spread is left to call it an outlier against): nothing of a machine.
+        return None
     z = outlier_z(stats, cells, affected, floor)
     # The slowest of a normal spread of GPU speeds is not a faulty machine. On a busy host a few
     # steps of compute cannot put a real one 5 sigma out; with its optimizer step as a second

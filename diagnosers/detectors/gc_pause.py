@@ -25,7 +25,9 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
   step are one stall of the whole job, not collectors; they are left out (and named in the
   diagnosis notes) before the rest is judged;
 - what-if: removing the pauses removes at least ``MIN_SHARE`` of the slowdown, or putting only
-  the pauses back into the ideal run recreates that share (the larger of the two counts).
+  the pauses back into the ideal run recreates that share (the larger of the two counts); beside
+  a larger cause, that share may instead be at least ``SECONDARY_EFFECT`` (5%) of the ideal step
+  (``base.real_share``).
 Growth over steps (pause time correlated with step index) marks the pattern ``growing`` and raises
 confidence, but is not required: short profiles rarely show it.
 """
@@ -39,11 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.detectors.base import (
-    MIN_SHARE,
     CauseMatch,
     TraceStats,
     categories_for,
     confidence,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.registry import register
@@ -61,6 +63,12 @@ REL_MIN = OUTLIER_REL
 NOISE_P = 0.01
 # A job-wide stall: this share of the workers paused in the same step, all at one moment.
 STALL_WORKERS = 0.75
+# A pause recurs at one worker's same forward in at least this many steps to be code, not a
+# collector (two meetings happen by chance: 1 in the number of microbatches).
+RECUR_MIN_STEPS = 3
+# A job of two workers: both paused in the same step, and in no other of at least this many
+# steps, is one stall of the job (by chance two independent collectors meet so in 1 of n steps).
+PAIR_STALL_STEPS = 4
 # One freeze of several workers: paused forwards of different workers in one step whose spans
 # overlap by at least this share of the longer one (the same moment and about as long).
 FREEZE_OVERLAP = 0.9
@@ -113,8 +121,8 @@ def above_tail(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.NDArray[
 def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
     """Whether one worker's pauses fall on the same forward (its microbatch, or its position among
     the worker's forwards of the step) in more than half of the traced steps: a collector runs on
-    its own schedule, a slow op or a sleep in the code recurs where the code is. False without
-    microbatch ids or with fewer than 3 steps."""
+    its own schedule, a slow op or a sleep in the code recurs where the code is; and in at least
+    ``RECUR_MIN_STEPS`` steps. False without microbatch ids or with fewer than 3 steps."""
     if stats.op_mb is None or stats.n_steps < 3 or not paused.any():
         return False
     rows = stats.fwd_index[paused]
@@ -122,7 +130,9 @@ def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
     key = cell * (int(stats.op_mb.max(initial=0)) + 2) + stats.op_mb[rows].astype(np.int64) + 1
     pairs = unique(key * stats.n_steps + stats.op_step_index[rows])
     _, steps_per_key = np.unique(pairs // stats.n_steps, return_counts=True)
-    return bool(steps_per_key.max() > 0.5 * stats.n_steps)
+    # At least RECUR_MIN_STEPS of them: a worker paused twice meets its own microbatch again by
+    # chance once in (microbatches) tries, so in a 3-step window two steps are no pattern yet.
+    return bool(steps_per_key.max() > max(0.5 * stats.n_steps, RECUR_MIN_STEPS - 1))
 
 
 def paused_durations(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
@@ -156,16 +166,23 @@ def job_wide_stall_steps(
     stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64]
 ) -> list[int]:
     """Step indices in which every worker (at least ``STALL_WORKERS`` of them in jobs of more than
-    eight, and at least three) has a paused forward: one stall hitting the whole job at once.
+    eight) has a paused forward: one stall hitting the whole job at once. A job of two workers
+    qualifies only when that step holds every pause of a window of at least ``PAIR_STALL_STEPS``.
 
     Collectors run on each process's own schedule, so in small jobs several may collect in the
     same step by chance; all of them at once is a job-wide event. (In a pipeline the stall reaches
     each stage's next forward at a different time, so the pauses need not overlap in time.)"""
     n_workers = stats.dp * stats.pp
     need = n_workers if n_workers <= 8 else int(np.ceil(STALL_WORKERS * n_workers))
-    if need < 3:
+    if need < 2:
         return []
-    return [int(i) for i in unique(step_idx) if len(unique(cell[step_idx == i])) >= need]
+    steps = unique(step_idx)
+    if need == 2 and (len(steps) > 1 or stats.n_steps < PAIR_STALL_STEPS):
+        # Two workers: both paused in one step is a stall only when no other step of a window of
+        # several has a pause (collectors on their own schedules spread over the steps; two that
+        # met once in a short window may be chance).
+        return []
+    return [int(i) for i in steps if len(unique(cell[step_idx == i])) >= need]
 
 
 def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: npt.NDArray[np.int64],
@@ -263,7 +280,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         share = float(stats.fwd_excess[paused].sum() / max(stats.step_time.sum(), 1e-12)) / max(
             report.slowdown - 1.0, 1e-9
         )
-    if share < MIN_SHARE:
+    if not real_share(share, stats.probe):
         return None
 
     pause_by_step = np.bincount(step_idx, weights=stats.fwd_excess[paused], minlength=stats.n_steps)

@@ -221,12 +221,20 @@ def candidates(
     by_stage = p2p_ratio.reshape(dp, pp)
     stage_median = median(by_stage, axis=0)
     above_peers = (by_stage >= 2.0 * stage_median[None, :]).reshape(-1)
+    # ... or it is the common end of two slow links (``slow_links``): a slow NIC slows every link
+    # of its worker, a slow link only its own. With DP 2 the stage median above is half made of
+    # the worker itself, so no worker could stand twice above it; two slow links say the same.
+    through = np.zeros((dp, pp), dtype=np.int64)
+    slow = slow_links(stats, view)
+    through[:, :] += slow
+    through[:, 1:] += slow[:, :-1]
+    single_nic = (through >= 2).reshape(-1)
     host_stands_out = np.zeros(dp * pp, dtype=bool)
     for h in unique(hosts_flat[in_slow_host]):
         members = hosts_flat == h
         if above_peers[members].all():
             host_stands_out |= members
-    single = elevated & above_peers & ~host_stands_out
+    single = elevated & (above_peers | single_nic) & ~host_stands_out
     scored += [(float(p2p_sum[i]), "worker", int(i)) for i in np.flatnonzero(single)]
     dp_slow = dp_stage_excess > 0
 
@@ -338,6 +346,61 @@ def stands_out(
             hit = False
         out.append(hit and compute_normal(stats, cells))
     return out
+
+
+def slow_links(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.bool_]:
+    """(dp, pp) per PP link (DP rank d, stages s and s+1, at [d, s]): whether its transfers stand
+    out as ``stands_out`` asks of a link (mean transfer / type baseline at least ``STANDOUT``, and
+    ``STANDOUT`` times the median of the other DP ranks' links between the same stages)."""
+    dp, pp = stats.dp, stats.pp
+    on_link = view.link >= 0
+    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=dp * pp)
+    counts = np.bincount(view.link[on_link], minlength=dp * pp)
+    per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
+    out = np.zeros((dp, pp), dtype=bool)
+    for d in range(dp):
+        for s in range(pp - 1):
+            peers = np.delete(per_link[:, s], d)
+            ref = float(median(peers)) if peers.size else 1.0
+            out[d, s] = per_link[d, s] >= STANDOUT and per_link[d, s] >= STANDOUT * ref
+    return out
+
+
+def _links_through_a_slow_nic(
+    stats: TraceStats, view: P2PRows, scored: Candidates, near: list[int]
+) -> list[int]:
+    """``near`` without the candidates that are symptoms of a slow NIC among them.
+
+    A link's transfers are a subset of either end's, so the most specific rule names a link when
+    it explains about as much as its end's NIC. But a slow NIC slows *every* link of its worker
+    (or host): a worker or host candidate in ``near`` with at least two slow links
+    (``slow_links``) through its cells is a NIC, and the links touching its cells, and the other
+    workers or hosts whose slow links all touch them (its partners), are its symptoms and yield
+    to it. A slow link leaves its ends' other links normal (one slow link each), so it keeps its
+    place."""
+    if not any(scored[k][0].startswith(("pp link", "all communication of")) for k in near):
+        return near
+    slow = [(int(d), int(s)) for d, s in zip(*np.nonzero(slow_links(stats, view)), strict=True)]
+
+    def touching(cells: set[tuple[int, int]]) -> list[tuple[int, int]]:
+        return [(d, s) for d, s in slow if (d, s) in cells or (d, s + 1) in cells]
+
+    nics = [k for k in near if scored[k][0].startswith("all communication of")]
+    sure = [k for k in nics if len(touching(set(scored[k][1]))) >= 2]
+    if not sure:
+        return near
+    nic_cells = {c for k in sure for c in scored[k][1]}
+
+    def symptom(k: int) -> bool:
+        name, cells = scored[k][0], scored[k][1]
+        if name.startswith("pp link"):
+            return any(c in nic_cells for c in cells)
+        if k in sure or not name.startswith("all communication of"):
+            return False
+        own = touching(set(cells))
+        return bool(own) and all((d, s) in touching(nic_cells) for d, s in own)
+
+    return [k for k in near if not symptom(k)]
 
 
 def far_ends(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.float64]:
@@ -759,6 +822,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
             for k in near
             if not (scored[k][0].startswith("dp group") and any(c in members for c in scored[k][1]))
         ]
+        near = _links_through_a_slow_nic(stats, view, scored, near)
         best = min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
     localised = best >= 0 and shares[best] >= 0.5 * share_comm and qualified[best]
     if localised:

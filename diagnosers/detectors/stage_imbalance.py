@@ -20,7 +20,8 @@ Evidence, all of which must hold:
   a pause;
 - what-if: scaling only that stage's compute to the job-wide typical per-op-type duration (per model
   chunk), keeping every within-chunk variation, removes at least ``MIN_SHARE`` of the slowdown, or
-  putting only that imbalance back into the ideal run recreates that share (the larger counts).
+  putting only that imbalance back into the ideal run recreates that share (the larger counts);
+  beside a larger cause, at least ``SECONDARY_EFFECT`` (5%) of the ideal step (``real_share``).
   That isolates the between-stage part from, say, sequence-length noise living on the same stage.
 """
 
@@ -31,12 +32,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from diagnosers.detectors.base import (
-    MIN_SHARE,
     CauseMatch,
     TraceStats,
     categories_for,
     confidence,
     host_cluster,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.peers import median_of_others, partition_explains
@@ -128,6 +129,17 @@ def _row_outliers(row: np.ndarray) -> np.ndarray:
     return out if not out.all() else np.zeros(len(row), dtype=bool)
 
 
+def _row_without(compute: np.ndarray, hot: int, outliers: np.ndarray) -> np.ndarray:
+    """``compute`` (S, dp, pp) with the ``outliers`` DP ranks of stage ``hot`` replaced, step by
+    step, by the median of the row's other DP ranks: the stage as it runs without its slow
+    machine(s). Unchanged when there is no outlier, or nothing else is left in the row."""
+    if not outliers.any() or outliers.all():
+        return compute
+    out = compute.copy()
+    out[:, outliers, hot] = median(compute[:, ~outliers, hot], axis=1)[:, None]
+    return out
+
+
 def _known_heavy(stats: TraceStats, stage: int) -> bool:
     """Whether a known mechanism can make ``stage`` heavier than the others: it is the first or
     the last stage (the embedding; the head and the loss), or the job's ``layers_per_stage`` gives
@@ -191,11 +203,13 @@ def _heavy_row(
             if all(np.isfinite(r) and r - 1.0 >= 0.5 * (row_typical - 1.0) for r in own):
                 return None
     elif hot not in (0, stats.pp - 1) and not partition_explains(
-        stats.compute, stats.layers_per_stage, [hot]
+        _row_without(stats.compute, hot, outliers), stats.layers_per_stage, [hot]
     ):
         # A middle stage that is exactly one host's workers: a heavy middle stage is not a known
         # signature, a slow host is — unless the partition gives it more layers and its compute
-        # follows the layer count (Megatron's usual layout makes every stage host-aligned).
+        # follows the layer count (Megatron's usual layout makes every stage host-aligned). The
+        # layer count is read from the row without its slow machine: a faulty GPU on the heavy
+        # stage is that worker's excess, not the partition's.
         return None
     return row_typical, row_max, hosts
 
@@ -232,7 +246,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         share = max(rem, add)
     else:
         share = m_s if m_s is not None else 0.0
-    if share < MIN_SHARE:
+    if not real_share(share, stats.probe):
         return None
 
     others_f = np.delete(stats.stage_fwd_mean, hot)
