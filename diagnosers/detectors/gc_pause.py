@@ -20,7 +20,10 @@ forward has a large "unmirrored excess" (its extra time not explained by its bac
 - sporadic: no worker has pauses in more than half of its forwards (a worker slow in every
   forward is a machine), nor at the same forward (microbatch / position) in more than half of the
   steps (``recurring``: work the code does every step, e.g. one slow layer of an FSDP job whose
-  other forwards are normal), and pauses hit more than one (worker, step) pair;
+  other forwards are normal), and pauses hit more than one (worker, step) pair, or the one pair
+  hit stands ``ONE_PAUSE_GAP`` (30) times above every other forward's excess (``lone_pause``): a
+  profile that holds a single collection is judged by that pause's own evidence (forward-only,
+  orders of magnitude above the job's tail), not by the collector's recurrence;
 - not a job-wide stall: pauses of every worker (``STALL_WORKERS`` of them in large jobs) in one
   step are one stall of the whole job, not collectors; they are left out (and named in the
   diagnosis notes) before the rest is judged;
@@ -76,6 +79,10 @@ FREEZE_OVERLAP = 0.9
 # (the job's own op-duration tail): ordinary forwards passing the z test on a noisy host reach
 # 1.1-1.5x that tail, real collections 100x and more (real recordings, docs/ACCURACY.md).
 TAIL_GAP = 5.0
+# A lone pause (one (worker, step) pair) counts when it stands this many times above the largest
+# excess of every other forward. On the seen recordings a lone collection stands 68x and 498x
+# above them; the largest forward of a healthy job that clears the tail gap alone, 5.2x and 11.6x.
+ONE_PAUSE_GAP = 30.0
 # excesses under the profiler's timer resolution (1 us) are zero: a ladder ratio against 0 says nothing
 TIMER_S = 1e-6
 
@@ -133,6 +140,17 @@ def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
     # At least RECUR_MIN_STEPS of them: a worker paused twice meets its own microbatch again by
     # chance once in (microbatches) tries, so in a 3-step window two steps are no pattern yet.
     return bool(steps_per_key.max() > max(0.5 * stats.n_steps, RECUR_MIN_STEPS - 1))
+
+
+def lone_pause(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
+    """Whether the forwards in ``paused`` (one (worker, step) pair's) stand at least
+    ``ONE_PAUSE_GAP`` times above the largest unmirrored excess of every other forward (at least
+    ``TIMER_S``): one collection, seconds long where the job's other forwards vary by milliseconds."""
+    if not paused.any():
+        return False
+    rest = stats.fwd_excess[~paused]
+    tail = max(float(rest.max()) if rest.size else 0.0, TIMER_S)
+    return float(stats.fwd_excess[paused].min()) >= ONE_PAUSE_GAP * tail
 
 
 def paused_durations(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
@@ -269,7 +287,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         if not paused.any():
             return None
     pairs = unique(cell * stats.n_steps + step_idx)
-    if len(pairs) < 2:
+    if len(pairs) < 2 and not lone_pause(stats, paused):
         return None
     if stats.probe is not None:
         back = stats.probe.ideal.copy()

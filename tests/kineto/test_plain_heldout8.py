@@ -1,0 +1,33 @@
+"""The run-once figure of the eighth held-out part of the plain PyTorch recordings
+(``tests/data/kineto_plain_heldout8``, a balanced sample; docs/ACCURACY.md, "Eighth held-out
+part"): which recordings the kernel-level diagnosis gets right (top cause and its ranks against
+``injections.json``).
+
+Pins the figure written in the docs, both ways: a rule change that loses a recording fails here,
+and one that gains a missed one fails too, so the figure in the docs is updated with it (and then
+stated as a second look, since this part is seen data after its one run)."""
+
+from __future__ import annotations
+
+from tests._support.recorded import plain_part_score
+
+# The figure of the one run: 8 of 11. Two healthy jobs with a false cause (an 11.8 ms gap before
+# rank 0's first profiled step read as a dataloader stall; a rank whose forward ran 9-36 ms in
+# every step against its peers' fastest of 2.4-2.7 ms, with a narrow spread, named by the fast-step
+# finding), and an 8 ms slow rank of a 4-rank FSDP2 job at 1.38x in its fastest forward, under
+# the fast-step bars.
+MISSED: dict[str, tuple[str, list[int]]] = {
+    "ddp-healthy-2rank": ("dataloader-stall", [0]),
+    "ddp-healthy-3rank": ("faulty-machine", [0]),
+    "fsdp-slow-4rank": ("none", []),
+}
+
+
+def test_the_eighth_held_out_part_keeps_its_run_once_figure() -> None:
+    right, missed = plain_part_score("kineto_plain_heldout8", 11)
+    assert missed == MISSED
+    assert len(right) == 8
+    # three of the four slow ranks, both GC jobs (one a lone collection), both stalls, one healthy
+    assert len({n for n in right if "-slow-" in n}) == 3
+    assert {"ddp-gc-3rank", "fsdp-gc-2rank", "ddp-stall-3rank", "fsdp-stall-2rank",
+            "fsdp-healthy-2rank"} <= right
