@@ -108,6 +108,12 @@ JOINT_MAX_RHO = 0.5
 # backward) durations. A busy host lengthens ops sporadically (a descheduled process); a slow
 # machine lengthens every op, its fastest ones included.
 FAST_OP_QUANTILE = 0.1
+# The per-step fast ops are a second look at a worker's onset (``_fast_op_onset``) only while their
+# step noise correlates with compute's at no more than this: where one per-worker-step factor
+# scales every op alike (the generator's step noise: 0.995-0.997) the fastest ops are the step
+# sums again, and the joint bars, set for two looks, would test compute alone at a lower bar.
+# On the example job's recordings (sporadic descheduling) the correlation is 0-0.91, median 0.56.
+FAST_OP_MAX_RHO = 0.9
 # ... and the spread of the others' fast-op factors is never taken below this (log units, about
 # 5%): with a handful of workers their MAD can be near zero by chance.
 FAST_OP_MIN_SIGMA = 0.05
@@ -225,7 +231,8 @@ def _fast_op_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
     joint test of ``_joint_onset`` with the worker's per-step fast-op ratio to its peers as the
     second measurement, its noise the job's own step spread of that ratio (``peers.noise_floor``,
     the candidates left out) and its correlation with compute's noise taken from the job
-    (``peers.noise_correlation``, in the combined series' scale: ``peers.joint_scale``).
+    (``peers.noise_correlation``, in the combined series' scale: ``peers.joint_scale``; none
+    above ``FAST_OP_MAX_RHO``, 0.9).
 
     Why: a busy host's descheduling lengthens some of a worker's ops in a step and not others, so
     the step sums move by +-50% and a throttled worker's peers may catch up in one step; a
@@ -236,8 +243,11 @@ def _fast_op_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
         return None
     exclude = [cell, *leave_out]
     # The fast ops are some of the same ops as the step sums: their noise is partly compute's,
-    # which the combined series' scale takes in (a correlated second look counts for less).
+    # which the combined series' scale takes in (a correlated second look counts for less), and
+    # mostly compute's noise is no second look at all.
     rho = noise_correlation(stats.compute, fast, exclude)
+    if rho > FAST_OP_MAX_RHO:
+        return None
     sigma = noise_floor(fast, exclude=exclude).step
     rf = np.log(np.maximum(peer_ratio(fast, cell, leave_out), 1e-12))
     return _shift_in_compute_terms(r, rf, sigma, rho, floor, typical)
