@@ -24,7 +24,9 @@ On a busy host (real recordings, +-50% step-to-step noise between identical rank
 read compute and the optimizer step together, two measurements of the same machine, wherever the
 job's own noise says they are independent (``job_floor``: correlation of their step noise at
 most ``JOINT_MAX_RHO``): the onset test (``_joint_onset``), the own-compute test (``own_slow``) and
-the outlier test (``joint_outlier_z`` against ``small_job_outlier_bar``). When S_w is hot nearly
+the outlier test (``joint_outlier_z`` against ``small_job_outlier_bar``); the onset test also
+reads compute with the worker's per-step fastest ops (``_fast_op_onset``: a throttled machine
+lengthens every op from its onset on, a busy host's descheduling only some). When S_w is hot nearly
 everywhere (every worker's own noise costs the job as much), the suspects are the workers whose
 own compute is slowest against their stage peers (``own_suspects``).
 """
@@ -110,6 +112,12 @@ JOINT_MAX_RHO = 0.5
 # backward) durations. A busy host lengthens ops sporadically (a descheduled process); a slow
 # machine lengthens every op, its fastest ones included.
 FAST_OP_QUANTILE = 0.1
+# The per-step fast ops are a second look at a worker's onset (``_fast_op_onset``) only while their
+# step noise correlates with compute's at no more than this: where one per-worker-step factor
+# scales every op alike (the generator's step noise: 0.995-0.997) the fastest ops are the step
+# sums again, and the joint bars, set for two looks, would test compute alone at a lower bar.
+# On the example job's recordings (sporadic descheduling) the correlation is 0-0.91, median 0.56.
+FAST_OP_MAX_RHO = 0.9
 # ... and the spread of the others' fast-op factors is never taken below this (log units, about
 # 5%): with a handful of workers their MAD can be near zero by chance.
 FAST_OP_MIN_SIGMA = 0.05
@@ -186,6 +194,8 @@ def cell_timing(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
             onset = cp
         else:
             onset = _joint_onset(stats, cell, floor, leave_out or [], r, typical)
+        if onset is None:
+            onset = _fast_op_onset(stats, cell, floor, leave_out or [], r, typical)
         if onset is not None:
             typical = onset.after
     thr = step_threshold(typical, floor)
@@ -216,7 +226,44 @@ def _joint_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
     if floor.optimizer is None or not (stats.optimizer > 0).all():
         return None
     ro = np.log(np.maximum(peer_ratio(stats.optimizer, cell, leave_out), 1e-12))
-    u = joint_series([r, ro], [floor.step, floor.optimizer], floor.joint_rho)
+    return _shift_in_compute_terms(r, ro, floor.optimizer, floor.joint_rho, floor, typical)
+
+
+def _fast_op_onset(stats: TraceStats, cell: tuple[int, int], floor: NoiseFloor,
+                   leave_out: list[tuple[int, int]], r: np.ndarray, typical: float) -> ChangePoint | None:
+    """An onset read from compute and the per-step fast ops together (``fast_op_steps``): the
+    joint test of ``_joint_onset`` with the worker's per-step fast-op ratio to its peers as the
+    second measurement, its noise the job's own step spread of that ratio (``peers.noise_floor``,
+    the candidates left out) and its correlation with compute's noise taken from the job
+    (``peers.noise_correlation``, in the combined series' scale: ``peers.joint_scale``; none
+    above ``FAST_OP_MAX_RHO``, 0.9).
+
+    Why: a busy host's descheduling lengthens some of a worker's ops in a step and not others, so
+    the step sums move by +-50% and a throttled worker's peers may catch up in one step; a
+    throttled machine lengthens every op from its onset on, its fastest ones too, which the
+    descheduling noise barely reaches. None without forward or backward ops in every step."""
+    fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))  # once per trace statistics
+    if not (fast > 0).all():
+        return None
+    exclude = [cell, *leave_out]
+    # The fast ops are some of the same ops as the step sums: their noise is partly compute's,
+    # which the combined series' scale takes in (a correlated second look counts for less), and
+    # mostly compute's noise is no second look at all.
+    rho = noise_correlation(stats.compute, fast, exclude)
+    if rho > FAST_OP_MAX_RHO:
+        return None
+    sigma = noise_floor(fast, exclude=exclude).step
+    rf = np.log(np.maximum(peer_ratio(fast, cell, leave_out), 1e-12))
+    return _shift_in_compute_terms(r, rf, sigma, rho, floor, typical)
+
+
+def _shift_in_compute_terms(r: np.ndarray, second: np.ndarray, sigma: float, rho: float,
+                            floor: NoiseFloor, typical: float) -> ChangePoint | None:
+    """The level shift (``peers.level_shift`` at ``ONSET_JOINT_Z``, ``ONSET_BEFORE_Z`` and
+    ``ONSET_Z``) of compute's log ratios ``r`` combined with a second measurement
+    ``second`` of noise ``sigma`` correlating at ``rho``, returned in compute units, or None when
+    compute itself does not read normal-then-slow (below)."""
+    u = joint_series([r, second], [floor.step, sigma], rho)
     jp = level_shift(u, ONSET_MIN_BEFORE, ONSET_MIN_AFTER, ONSET_JOINT_Z, ONSET_BEFORE_Z, ONSET_Z)
     if jp is None:
         return None
@@ -391,6 +438,36 @@ def fast_op_factors(stats: TraceStats, affected: np.ndarray, cells: list[tuple[i
         out += np.log(np.maximum(q, 1e-12) / np.maximum(ref, 1e-12)[None, :])
         used += 1
     return out / max(used, 1)
+
+
+def fast_op_steps(stats: TraceStats) -> np.ndarray:
+    """(S, dp, pp) each worker's fast-op duration per step: the geometric mean over forward and
+    backward of its ``FAST_OP_QUANTILE`` op duration in that step (lower quantile, as in
+    ``fast_op_factors``); 0 where a worker-step has no such op; ones when the job records
+    neither type."""
+    n_cells = stats.dp * stats.pp
+    logs = np.zeros(stats.n_steps * n_cells)
+    used = 0
+    seen = np.ones(stats.n_steps * n_cells, dtype=bool)
+    for code in (FWD, BWD):
+        rows = np.flatnonzero(stats.optype == code)
+        if not rows.size:
+            continue
+        key = (stats.op_step_index[rows].astype(np.int64) * stats.dp + stats.op_dp[rows]) * stats.pp
+        key = key + stats.op_pp[rows]
+        dur = stats.transfer[rows]
+        order = np.lexsort((dur, key))
+        n = np.bincount(key, minlength=stats.n_steps * n_cells)
+        start = np.cumsum(n) - n
+        pick = start + np.floor(FAST_OP_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
+        q = dur[order][np.minimum(pick, len(rows) - 1)]
+        seen &= (n > 0) & (q > 0)
+        logs += np.log(np.maximum(q, 1e-12))
+        used += 1
+    if not used:
+        return np.ones((stats.n_steps, stats.dp, stats.pp))
+    out = np.where(seen, np.exp(logs / used), 0.0)
+    return out.reshape(stats.n_steps, stats.dp, stats.pp)
 
 
 def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:

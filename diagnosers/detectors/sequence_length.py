@@ -103,7 +103,10 @@ def microbatch_coherence(stats: TraceStats) -> tuple[float, float]:
 
     Rows are (step, DP rank, microbatch), columns (stage, chunk, pass); each duration is first
     divided by the median of its worker-step, chunk and pass (a slow worker, a busy step and the
-    stage's own weight drop out), and only complete rows count. Spearman correlations (ranks:
+    stage's own weight drop out); with DP >= 2 then by the median over the DP ranks of the same
+    (step, stage, chunk, pass, microbatch position), so a position effect every replica shares
+    is not read as the microbatches' own cost (lengths differ between replicas); only complete
+    rows count. Spearman correlations (ranks:
     one descheduled op cannot dominate). Under independent noise each of the K pairs has standard
     error ~1/sqrt(n - 1) over n rows, their mean ~1/sqrt((n - 1) K). (0, 0) without a microbatch
     id, on a kernel-level job (its ids are segment positions, whose costs differ by design: see
@@ -135,6 +138,14 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     group = worker_step * n_col + col
     # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
     v = v - _group_median(group, v)
+    if stats.dp >= 2:
+        # A microbatch's length is drawn per DP rank: its cost is what sets it apart from the same
+        # position on the other replicas. A pattern every replica shares at a position (the
+        # schedule, host contention in step with it, a slow sender delaying its pipeline's
+        # microbatches in turn) is no length: the per-(step, stage, chunk, pass, microbatch) median
+        # over the DP ranks is taken out before the ranks are compared.
+        position = (si * n_col + col) * (int(mb.max()) + 1) + mb
+        v = v - _group_median(position, v)
     # np.unique's inverses by a presence table (the ids are dense small integers)
     _, row_id = dense_ids(row)
     _, col_id = dense_ids(col)

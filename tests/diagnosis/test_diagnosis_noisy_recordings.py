@@ -63,7 +63,8 @@ def test_level_shift_wants_a_healthy_start_not_only_a_jump() -> None:
 
 def _coherence_oracle(st: TraceStats) -> float:
     """Mean pairwise Spearman correlation of (step, dp, microbatch) rows over (stage, chunk, pass)
-    columns, each duration over its worker-step/chunk/pass median: plain loops and dicts."""
+    columns, each duration over its worker-step/chunk/pass median, then over the DP ranks' median
+    at its (step, stage, chunk, pass, microbatch) position: plain loops and dicts."""
     assert st.op_mb is not None
     rows: dict[tuple[int, int, int], dict[tuple[int, int, int], float]] = {}
     groups: dict[tuple[int, ...], list[float]] = {}
@@ -74,8 +75,17 @@ def _coherence_oracle(st: TraceStats) -> float:
     ops = [i for i in range(st.n_ops) if st.optype[i] in (FWD, BWD) and st.op_mb[i] >= 0]
     for i in ops:
         groups.setdefault(key(i), []).append(float(np.log(st.transfer[i])))
+    centred = {i: float(np.log(st.transfer[i])) - float(np.median(groups[key(i)])) for i in ops}
+    # then the shared position effect: the median over the DP ranks of the same (step, stage,
+    # chunk, pass, microbatch)
+    def position(i: int) -> tuple[int, ...]:
+        return tuple(int(a[i]) for a in (st.op_step_index, st.op_pp, st.op_gmc, st.optype, st.op_mb))
+
+    across: dict[tuple[int, ...], list[float]] = {}
     for i in ops:
-        v = float(np.log(st.transfer[i])) - float(np.median(groups[key(i)]))
+        across.setdefault(position(i), []).append(centred[i])
+    for i in ops:
+        v = centred[i] - float(np.median(across[position(i)]))
         row = (int(st.op_step_index[i]), int(st.op_dp[i]), int(st.op_mb[i]))
         rows.setdefault(row, {})[(int(st.op_pp[i]), int(st.op_gmc[i]), int(st.optype[i]))] = v
     cols = sorted({c for r in rows.values() for c in r})

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3, heldout4, heldout5, heldout6 and heldout7 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout8 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -134,3 +134,16 @@ rec heldout7 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 192 --send-de
 rec heldout7 gc-pause-2x3           --dp 2 --pp 3 --steps 6 --seed 193 --gc-pause
 rec heldout7 onset-2x4              --dp 2 --pp 4 --steps 8 --seed 194 --slow-rank 6 --slow-ms 15 --slow-from-step 5
 rec heldout7 dataloader-stall-4x2   --dp 4 --pp 2 --steps 6 --seed 195 --stall-rank 5 --stall-ms 80
+# --- held out, eighth set (a balanced sample of the classes; recorded and committed before the seventh round's detector changes were committed; diagnosed once, at its end) ---
+rec heldout8 healthy-3x2            --dp 3 --pp 2 --steps 6 --seed 201
+rec heldout8 slow-rank-4x2          --dp 4 --pp 2 --steps 6 --seed 202 --slow-rank 1 --slow-ms 10
+rec heldout8 layers-2x4             --dp 2 --pp 4 --steps 6 --seed 203 --layers-per-stage 1,2,1,1
+rec heldout8 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 204 --slow-rank 5 --slow-ms 20 --slow-from-step 4
+rec heldout8 slow-rank-2x3          --dp 2 --pp 3 --steps 6 --seed 205 --slow-rank 3 --slow-ms 15
+rec heldout8 send-delay-3x2         --dp 3 --pp 2 --steps 6 --seed 206 --send-delay-rank 0 --send-delay-ms 15
+rec heldout8 healthy-2x4            --dp 2 --pp 4 --steps 6 --seed 207
+rec heldout8 slow-rank-last-3x2     --dp 3 --pp 2 --steps 6 --seed 208 --slow-rank 4 --slow-ms 8
+rec heldout8 var-seq-2x3            --dp 2 --pp 3 --steps 6 --seed 209 --var-seq --seq 64
+rec heldout8 gc-pause-3x2           --dp 3 --pp 2 --steps 6 --seed 210 --gc-pause
+rec heldout8 layers-3x3             --dp 3 --pp 3 --steps 6 --seed 211 --layers-per-stage 1,2,1
+rec heldout8 dataloader-stall-2x2   --dp 2 --pp 2 --steps 6 --seed 212 --stall-rank 2 --stall-ms 80
