@@ -66,6 +66,9 @@ FAST_MIN_SIGMA = 0.05
 FAST_MIN_STEPS = 3
 # a starved process spreads wider than every peer; a slow one keeps or narrows its spread
 FAST_SPREAD_MAX = 1.5
+# a slow machine's fastest forward step is slower than its peers' typical (median) step: one that
+# is not lies inside the peers' own step-to-step range, where host noise can put it
+FAST_OVER_TYPICAL = 1.0
 # the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
 FAST_FIT = 0.45
 
@@ -108,7 +111,9 @@ class FastStep:
     fastest-step factors against its stage peers, as ratios (NaN where not measured) of its
     forward, all compute (forward, backward, optimizer), backward and optimizer; ``sigma``: the
     peers' spread of fast-forward factors (log units), None with one peer; ``z``: the forward's log
-    factor over it, None with one peer."""
+    factor over it, None with one peer; ``spread`` and ``peer_spread``: its and its widest peer's
+    forward spread over the steps (:func:`forward_spreads`); ``over_typical``: its fastest forward
+    step over the median of its peers' forward steps (:func:`fastest_over_typical`)."""
 
     cell: tuple[int, int]
     forward: float
@@ -119,6 +124,7 @@ class FastStep:
     z: float | None
     spread: float = 0.0
     peer_spread: float = FAST_MIN_SIGMA
+    over_typical: float = float("inf")
 
 
 def log_spread(values: npt.NDArray[np.float64]) -> float:
@@ -137,6 +143,18 @@ def forward_spreads(forward: npt.NDArray[np.float64], cell: tuple[int, int]) -> 
     d, p = cell
     peers = [log_spread(forward[:, r, p]) for r in range(forward.shape[1]) if r != d]
     return log_spread(forward[:, d, p]), max(max(peers, default=0.0), FAST_MIN_SIGMA)
+
+
+def fastest_over_typical(forward: npt.NDArray[np.float64], cell: tuple[int, int]) -> float:
+    """``cell``'s fastest forward step over the median of every forward step of its stage peers
+    (the cell left out), from the (S, dp, pp) per-step forward sums; inf without a positive peer
+    step (nothing to compare with: the test is left to the other bars)."""
+    d, p = cell
+    peers = np.delete(forward[:, :, p], d, axis=1).ravel()
+    peers = peers[peers > 0]
+    if not peers.size:
+        return float("inf")
+    return float(forward[:, d, p].min()) / float(median(peers))
 
 
 def fast_step_candidate(stats: TraceStats) -> FastStep | None:
@@ -159,15 +177,17 @@ def fast_step_candidate(stats: TraceStats) -> FastStep | None:
     spread, peer_spread = forward_spreads(forward, cell)
     return FastStep(cell, float(np.exp(f)), float(np.exp(compute)), float(np.exp(backward)),
                     float(np.exp(optimizer)), sigma, None if sigma is None else f / sigma, spread,
-                    peer_spread)
+                    peer_spread, fastest_over_typical(forward, cell))
 
 
 def fast_step_holds(c: FastStep) -> str | None:
     """Which form of the test ``c`` passes: ``"one-pass"`` (the forward alone far out, the whole
     compute not made up elsewhere), ``"all-compute"`` (every compute type slow), or None. NaN
     factors fail every bar; so does a worker whose forward spreads wider than ``FAST_SPREAD_MAX``
-    x its widest peer's (descheduled, not slow)."""
-    if c.spread > FAST_SPREAD_MAX * c.peer_spread:
+    x its widest peer's (descheduled, not slow), and one whose fastest forward step is under
+    ``FAST_OVER_TYPICAL`` x its peers' median step (its best is a step its peers also take: its
+    peers were lucky once, it was not; the fastest-to-fastest factor alone reads that as slow)."""
+    if c.spread > FAST_SPREAD_MAX * c.peer_spread or c.over_typical < FAST_OVER_TYPICAL:
         return None
     spread_ok = c.z is None or c.z >= FAST_Z
     if spread_ok and c.forward >= FAST_FWD_MIN and c.compute >= FAST_COMPUTE_MIN:

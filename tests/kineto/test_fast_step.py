@@ -66,7 +66,6 @@ def test_one_peer_has_no_spread_only_the_magnitude_bar() -> None:
 @pytest.mark.parametrize(("part", "name", "rank"), [
     ("kineto_plain_heldout6", "ddp-slow-4rank", 0),   # slow in 4 of 6 steps against the floor
     ("kineto_plain_heldout6", "fsdp-slow-4rank", 2),  # one slow forward position in 5 of 6 steps
-    ("kineto_plain_heldout5", "fsdp-slow-3rank", 0),  # 15 ms on rank 0 lost in the host's noise
 ])
 def test_slow_ranks_the_faulty_machine_tests_miss_are_found_by_their_fastest_steps(
         part: str, name: str, rank: int) -> None:

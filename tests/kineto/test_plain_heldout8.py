@@ -5,7 +5,10 @@ part"): which recordings the kernel-level diagnosis gets right (top cause and it
 
 Pins the figure written in the docs, both ways: a rule change that loses a recording fails here,
 and one that gains a missed one fails too, so the figure in the docs is updated with it (and then
-stated as a second look, since this part is seen data after its one run)."""
+stated as a second look, since this part is seen data after its one run). The run-once figure was
+8 of 11 (``RUN_ONCE_MISSED``); since a fast-step finding needs the rank's fastest forward step
+above its peers' median step (docs/ACCURACY.md, "Fastest step against the peers' typical one"),
+``ddp-healthy-3rank`` names no cause: 9 of 11 on this second look."""
 
 from __future__ import annotations
 
@@ -16,18 +19,21 @@ from tests._support.recorded import plain_part_score
 # every step against its peers' fastest of 2.4-2.7 ms, with a narrow spread, named by the fast-step
 # finding), and an 8 ms slow rank of a 4-rank FSDP2 job at 1.38x in its fastest forward, under
 # the fast-step bars.
-MISSED: dict[str, tuple[str, list[int]]] = {
+RUN_ONCE_MISSED: dict[str, tuple[str, list[int]]] = {
     "ddp-healthy-2rank": ("dataloader-stall", [0]),
     "ddp-healthy-3rank": ("faulty-machine", [0]),
     "fsdp-slow-4rank": ("none", []),
 }
+# The second look (seen data): the healthy rank whose best forward step its peers also take is no
+# slow rank.
+MISSED = {k: v for k, v in RUN_ONCE_MISSED.items() if k != "ddp-healthy-3rank"}
 
 
-def test_the_eighth_held_out_part_keeps_its_run_once_figure() -> None:
+def test_the_eighth_held_out_part_keeps_its_second_look_figure() -> None:
     right, missed = plain_part_score("kineto_plain_heldout8", 11)
     assert missed == MISSED
-    assert len(right) == 8
+    assert len(right) == 9
     # three of the four slow ranks, both GC jobs (one a lone collection), both stalls, one healthy
     assert len({n for n in right if "-slow-" in n}) == 3
     assert {"ddp-gc-3rank", "fsdp-gc-2rank", "ddp-stall-3rank", "fsdp-stall-2rank",
-            "fsdp-healthy-2rank"} <= right
+            "fsdp-healthy-2rank", "ddp-healthy-3rank"} <= right
