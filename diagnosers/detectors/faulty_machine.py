@@ -455,14 +455,11 @@ def fast_op_steps(stats: TraceStats) -> np.ndarray:
             continue
         key = (stats.op_step_index[rows].astype(np.int64) * stats.dp + stats.op_dp[rows]) * stats.pp
         key = key + stats.op_pp[rows]
-        dur = stats.transfer[rows]
-        order = np.lexsort((dur, key))
-        n = np.bincount(key, minlength=stats.n_steps * n_cells)
-        start = np.cumsum(n) - n
-        pick = start + np.floor(FAST_OP_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
-        q = dur[order][np.minimum(pick, len(rows) - 1)]
-        seen &= (n > 0) & (q > 0)
-        logs += np.log(np.maximum(q, 1e-12))
+        # each (step, worker)'s order statistic, by a partition where the cells hold alike
+        q = worker_order_statistic(key, stats.transfer[rows], stats.n_steps * n_cells, FAST_OP_QUANTILE)
+        present = np.isfinite(q)
+        seen &= present & (np.where(present, q, 0.0) > 0)
+        logs += np.log(np.maximum(np.where(present, q, 1.0), 1e-12))
         used += 1
     if not used:
         return np.ones((stats.n_steps, stats.dp, stats.pp))

@@ -605,8 +605,8 @@ def probe_floor_candidates(stats: TraceStats) -> list[FloorCandidate]:
         raise ValueError("the candidates' transfer times come from the what-if probe; this has none")
 
     def make() -> list[FloorCandidate]:
-        is_p2p, link = p2p_links(stats)
-        return floor_candidates(stats, probe.original, link, batch_ids(stats, is_p2p))
+        link = p2p_links(stats)[1]
+        return floor_candidates(stats, probe.original, link, p2p_batch_ids(stats))
 
     return stats.shared(SHARED_FLOORS, make)
 
@@ -672,6 +672,15 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     new_group = np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]
     out[idx[order]] = np.cumsum(new_group) - 1
     return out
+
+
+SHARED_BATCHES = "slow-communication P2P batch ids"
+
+
+def p2p_batch_ids(stats: TraceStats) -> npt.NDArray[np.int64]:
+    """``batch_ids`` of the trace's P2P rows (``p2p_links``), made once per trace statistics and
+    shared by the detector and the send-floor candidates (never change it)."""
+    return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
 def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
@@ -749,7 +758,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # the P2P links, lower-quartile baselines and batch ids, computed once for candidates and
     # stands_out
     links = p2p_links(stats)
-    batch = batch_ids(stats, links[0])
+    batch = p2p_batch_ids(stats)
     ids = batch[batch >= 0]
     batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
     base = type_baseline(stats, probe.original, is_comm)

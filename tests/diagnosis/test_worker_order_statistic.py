@@ -46,3 +46,33 @@ def test_worker_order_statistic_is_the_sorted_pick(fraction: float, layout: str)
 def test_worker_order_statistic_without_ops() -> None:
     got = worker_order_statistic(np.zeros(0, dtype=np.int64), np.zeros(0), 4, 0.1)
     assert got.shape == (4,) and np.isnan(got).all()
+
+
+def test_fast_op_steps_is_each_step_and_workers_sorted_pick() -> None:
+    # fast_op_steps per (step, worker) cell, against a plain loop over the cells: the geometric
+    # mean over forward and backward of each cell's FAST_OP_QUANTILE duration, 0 where a cell has
+    # no such op (a recording of the example job: every worker traced, unequal op counts per cell)
+    from pathlib import Path
+
+    from diagnosers.detectors import compute_stats
+    from diagnosers.detectors.faulty_machine import FAST_OP_QUANTILE, fast_op_steps
+    from diagnosers.detectors.stats import BWD, FWD
+    from diagnosers.readers import load_trace
+
+    folder = Path(__file__).resolve().parents[1] / "data" / "kineto_widened" / "heldout7" / "onset-3x2"
+    stats = compute_stats(load_trace([folder / "traces"]))
+    got = fast_op_steps(stats)
+    want = np.zeros_like(got)
+    for s in range(stats.n_steps):
+        for d in range(stats.dp):
+            for p in range(stats.pp):
+                logs = []
+                for code in (FWD, BWD):
+                    m = ((stats.optype == code) & (stats.op_step_index == s) & (stats.op_dp == d)
+                         & (stats.op_pp == p))
+                    dur = np.sort(stats.transfer[m])
+                    if dur.size:
+                        logs.append(np.log(max(dur[int(np.floor(FAST_OP_QUANTILE * (dur.size - 1)))], 1e-12)))
+                if len(logs) == 2 and min(logs) > np.log(1e-12):
+                    want[s, d, p] = np.exp(sum(logs) / 2)
+    assert np.array_equal(got, want)
