@@ -39,7 +39,9 @@ class ExplicitGraph:
     DP ranks (a rendezvous: transfer = end minus the latest member's start on any rank) or each
     rank's member runs on its own (transfer = its own duration: a call that hands work to a
     backend thread and waits for no peer). ``model`` and ``why`` say which job model produced it,
-    for the report's notes.
+    for the report's notes. ``opened`` (when the reader knows it) maps (DP rank, step id) to the
+    absolute time that rank opened the step (its ``ProfilerStep#N`` annotation began): a rank's
+    idle time before it is no part of that step.
     """
 
     nodes: list[tuple[int, int]]
@@ -50,6 +52,7 @@ class ExplicitGraph:
     why: str = ""
     notes: list[str] = field(default_factory=list)
     synced: list[bool] | None = None
+    opened: dict[tuple[int, int], float] | None = None
 
 
 def template_from_explicit(trace: Trace, g: ExplicitGraph) -> Template:

@@ -60,7 +60,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
 
     launch_idle = _launch_idle(
         ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
-        end=end, is_f=is_f,
+        end=end, is_f=is_f, opened=_opened(trace, steps, size),
     ).reshape(n_s, dp, pp)
 
     fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
@@ -149,6 +149,23 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
     return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
 
+def _opened(trace: Trace, steps: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.float64] | None:
+    """Per (step, worker) cell: when the worker opened the step (the reader's ``opened``, stage 0),
+    NaN where unknown; None when the trace's graph states none (span-named traces)."""
+    graph = trace.graph
+    opened = getattr(graph, "opened", None) if graph is not None else None
+    if not opened or not len(steps):
+        return None
+    out = np.full(size, np.nan)
+    per_step = size // len(steps)
+    pp = trace.meta.pp
+    for (d, sid), t in opened.items():
+        k = int(np.searchsorted(steps, sid))
+        if k < len(steps) and steps[k] == sid and 0 <= d * pp < per_step:
+            out[k * per_step + d * pp] = t
+    return out
+
+
 def _launch_idle(
     optype: npt.NDArray[np.int16],
     start: npt.NDArray[np.float64],
@@ -162,13 +179,16 @@ def _launch_idle(
     *,
     end: npt.NDArray[np.float64] | None = None,
     is_f: npt.NDArray[np.bool_] | None = None,
+    opened: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Per worker-step: time between the step start (or, on a shared time axis, the worker's own
     end of the previous step, when later) and the worker's first forward-compute that no op of
     the worker covers. Communication waits are covered (a recv waiting for its peer is busy
     in the trace), so what remains is host-side idle time: data loading, Python, launch gaps.
     Overlapping ops are counted twice, which can only under-state the idle time. ``end`` (start +
-    duration) and ``is_f`` (the forward-compute rows) may be passed when the caller has them."""
+    duration) and ``is_f`` (the forward-compute rows) may be passed when the caller has them.
+    ``opened`` (per cell, NaN where unknown): when the worker opened the step; in a step with no
+    previous step in the profile (the first profiled one) idle time counts from it when later."""
     if is_f is None:
         is_f = optype == FWD
     if end is None:
@@ -198,6 +218,13 @@ def _launch_idle(
             idx = np.flatnonzero(consecutive[cell_step])
             prev[idx] = ends[idx - per_step]
             begin = np.maximum(begin, np.where(np.isfinite(prev), prev, begin))
+            if opened is not None:
+                # No previous step end in the profile to count from: the time before the worker
+                # opened its first profiled step is its unprofiled previous step or the
+                # profiler's own start-up, no part of this step's wait for input (a dataloader
+                # fetch runs inside the step, after it opens).
+                first = ~consecutive[cell_step] & np.isfinite(opened)
+                begin = np.where(first, np.maximum(begin, np.where(first, opened, begin)), begin)
     span = np.where(np.isfinite(first_fwd), first_fwd - begin, 0.0)
     idle = np.clip(span - covered, 0.0, None)
     return idle.astype(np.float64)

@@ -115,6 +115,7 @@ class RankSteps:
     rank: int
     steps: list[list[Item]] = field(default_factory=list)
     entry: list[float] = field(default_factory=list)  # per step: when the rank's step work began
+    opened: list[float] = field(default_factory=list)  # per step: when the rank's step annotation began
 
 
 DATALOADER_RE = re.compile(r"DataLoader|dataloader|_next_data|fetch_batch", re.IGNORECASE)
@@ -135,6 +136,7 @@ def _entries(f: Any, out: RankSteps) -> None:
         first = items[0].launch if items else t0
         before = ends[(ends <= first) & (ends >= t0)]
         out.entry.append(float(max(t0, before.max())) if len(before) else float(t0))
+        out.opened.append(float(t0))
 
 
 def _phase_bounds(f: Any, n_steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -601,12 +603,15 @@ def build(
     ``TraceError`` when ranks or steps do not share one item structure (naming the first place)."""
     cells: list[tuple[int, int, list[Item]]] = []
     entry: dict[tuple[int, int], float] = {}
+    opened: dict[tuple[int, int], float] = {}  # (DP rank, step): the rank's step open, absolute
     for rs in rank_steps:
         for si, items in enumerate(rs.steps):
             sid = step_ids[rs.rank][si] if si < len(step_ids[rs.rank]) else si
             if sid in common:
                 cells.append((rs.rank, sid, items))
                 entry[(rs.rank, sid)] = rs.entry[si] if si < len(rs.entry) else items[0].start
+                if si < len(rs.opened):
+                    opened[(coords[rs.rank][0], sid)] = rs.opened[si] + origins[rs.rank]
     if not cells:
         raise TraceError("no GPU kernels or CPU ops inside the profiled steps")
     cells, matched_by = _align_collectives(cells)
@@ -691,6 +696,7 @@ def build(
         model=KERNEL_MODEL,
         why="no record_function spans with Megatron/NDTimeline names",
         synced=[not (it.coll and it.group == ENQUEUE_GROUP) for it in ref],
+        opened=opened or None,
     )
     return cols, graph, notes
 

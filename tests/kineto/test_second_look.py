@@ -136,8 +136,10 @@ def test_a_span_named_trace_keeps_its_microbatches() -> None:
     assert compute_stats(trace, None).microbatches
 
 
-def _view(folder: Path) -> tuple[WhatIfReport, TraceStats]:
+def _view(folder: Path, opens: bool = True) -> tuple[WhatIfReport, TraceStats]:
     trace = load_trace([folder / "traces"])
+    if not opens and trace.graph is not None:  # first-step gaps from the job's step start, as before
+        trace = replace(trace, graph=replace(trace.graph, opened=None))
     eng = build_engine(trace)
     report = analyze(trace, engine=eng)
     view = detection_view(trace, eng, report)
@@ -166,8 +168,11 @@ def test_a_one_step_stall_is_judged_on_the_step_it_stalls() -> None:
 
 
 def test_a_gap_the_simulation_covers_is_no_stall() -> None:
-    # a 13.5 ms gap before the first op of a step whose measured time the model explains to 0.3 ms
-    report, stats = _view(HELD3 / "ddp-healthy-4rank")
+    # a 13.5 ms gap before the first op of a step whose measured time the model explains to 0.3 ms;
+    # measured from the job's step start: counted from the rank's own open of its first profiled
+    # step (docs/ACCURACY.md, "The first profiled step counts from the rank's own step start") the
+    # gap is 4 ms, under the detection view's noise bar
+    report, stats = _view(HELD3 / "ddp-healthy-4rank", opens=False)
     per_step = stats.launch_idle.max(axis=(1, 2))
     assert per_step.max() > 0.01
     assert share_in_stalling_steps(report, stats, per_step) < 0.5
