@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.base import TraceStats
 from diagnosers.diagnose import diagnose
 from diagnosers.readers import load_trace
-from diagnosers.whatif import analyze
+from diagnosers.transport_noise import detection_view
+from diagnosers.whatif import analyze, build_engine
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 WIDENED = DATA / "kineto_widened"
@@ -62,3 +65,12 @@ def plain_part_score(part: str, size: int) -> tuple[set[str], dict[str, tuple[st
     got = {f.name: top_cause(f) for f in folders}
     right = {f.name for f in folders if got[f.name] == plain_truth(f)}
     return right, {n: got[n] for n in sorted(set(got) - right)}
+
+
+def view_stats(folder: Path) -> TraceStats:
+    """The statistics the detectors judge a kernel-level recording on: its detection view's when
+    the view is material (``transport_noise.detection_view``), else the trace's own."""
+    trace = load_trace([folder / "traces"])
+    eng = build_engine(trace)
+    view = detection_view(trace, eng, analyze(trace, engine=eng))
+    return view.stats if view is not None else compute_stats(trace, eng)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from diagnosers.detectors import compute_stats
-from diagnosers.detectors.base import TraceStats
 from diagnosers.detectors.fast_step import (
     FAST_MIN_SIGMA,
     fast_factor,
@@ -24,18 +23,10 @@ from diagnosers.detectors.fast_step import (
 from diagnosers.diagnose import diagnose
 from diagnosers.readers import load_trace
 from diagnosers.synth.kineto_kernels import KernelJobSpec, generate
-from diagnosers.transport_noise import detection_view
 from diagnosers.whatif import analyze, build_engine
+from tests._support.recorded import view_stats
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _view_stats(folder: Path) -> TraceStats:
-    """The statistics the detectors judge the recording on (its detection view's, when material)."""
-    trace = load_trace([folder / "traces"])
-    eng = build_engine(trace)
-    view = detection_view(trace, eng, analyze(trace, engine=eng))
-    return view.stats if view is not None else compute_stats(trace, eng)
 
 
 def test_fast_factor_matches_a_plain_loop() -> None:
@@ -85,7 +76,7 @@ def test_slow_ranks_the_faulty_machine_tests_miss_are_found_by_their_fastest_ste
     ("kineto_plain_heldout3", "fsdp-stall-2rank"),    # 1.47x
 ])
 def test_healthy_ranks_closest_to_the_bars_do_not_pass(part: str, name: str) -> None:
-    c = fast_step_candidate(_view_stats(DATA / part / name))
+    c = fast_step_candidate(view_stats(DATA / part / name))
     assert c is not None and c.forward < 1.6
     assert fast_step_holds(c) is None
 

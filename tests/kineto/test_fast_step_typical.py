@@ -9,28 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnosers.detectors import compute_stats
-from diagnosers.detectors.base import TraceStats
 from diagnosers.detectors.fast_step import (
     FAST_OVER_TYPICAL,
     fast_step_candidate,
     fast_step_holds,
     fastest_over_typical,
 )
-from diagnosers.readers import load_trace
-from diagnosers.transport_noise import detection_view
-from diagnosers.whatif import analyze, build_engine
-from tests._support.recorded import top_cause
+from tests._support.recorded import top_cause, view_stats
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _view_stats(folder: Path) -> TraceStats:
-    """The statistics the detectors read: the detection view's where the job has one."""
-    trace = load_trace([folder / "traces"])
-    engine = build_engine(trace)
-    view = detection_view(trace, engine, analyze(trace, engine=engine))
-    return view.stats if view is not None else compute_stats(trace, engine)
 
 
 def test_fastest_over_typical_against_a_plain_loop() -> None:
@@ -50,7 +37,7 @@ def test_a_healthy_rank_whose_peers_were_lucky_once_is_no_slow_rank() -> None:
     # held-out 8 ddp-healthy-3rank (a miss of its one run): rank 0's fastest forward is 3.4x its
     # peers' fastest (each had one quiet step), with a narrow spread, but under their median step
     folder = DATA / "kineto_plain_heldout8" / "ddp-healthy-3rank"
-    c = fast_step_candidate(_view_stats(folder))
+    c = fast_step_candidate(view_stats(folder))
     assert c is not None and c.cell == (0, 0)
     assert c.forward >= 1.6 and c.spread <= c.peer_spread
     assert c.over_typical < FAST_OVER_TYPICAL
@@ -66,7 +53,7 @@ def test_a_healthy_rank_whose_peers_were_lucky_once_is_no_slow_rank() -> None:
 ])
 def test_slow_ranks_found_by_their_fastest_steps_are_above_the_typical_step(
         part: str, name: str, rank: int) -> None:
-    c = fast_step_candidate(_view_stats(DATA / part / name))
+    c = fast_step_candidate(view_stats(DATA / part / name))
     assert c is not None and c.cell == (rank, 0)
     assert c.over_typical >= FAST_OVER_TYPICAL
     assert top_cause(DATA / part / name) == ("faulty-machine", [rank])
@@ -75,7 +62,7 @@ def test_slow_ranks_found_by_their_fastest_steps_are_above_the_typical_step(
 def test_the_cost_a_weak_slow_rank_inside_its_peers_steps() -> None:
     # held-out 5 fsdp-slow-3rank (15 ms on rank 0, seen data): its fastest forward is a step its
     # peers take too; the bar loses it (named in the docs)
-    c = fast_step_candidate(_view_stats(DATA / "kineto_plain_heldout5" / "fsdp-slow-3rank"))
+    c = fast_step_candidate(view_stats(DATA / "kineto_plain_heldout5" / "fsdp-slow-3rank"))
     assert c is not None and c.cell == (0, 0)
     assert c.over_typical < FAST_OVER_TYPICAL
     assert fast_step_holds(c) is None

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnosers.detectors import compute_stats
-from diagnosers.detectors.base import TraceStats
 from diagnosers.detectors.fast_step import (
     FAST_MIN_SIGMA,
     FAST_SPREAD_MAX,
@@ -21,20 +19,9 @@ from diagnosers.detectors.fast_step import (
     log_spread,
 )
 from diagnosers.detectors.gc_pause import ONE_PAUSE_GAP, above_tail, lone_pause, paused_forwards
-from diagnosers.readers import load_trace
-from diagnosers.transport_noise import detection_view
-from diagnosers.whatif import analyze, build_engine
-from tests._support.recorded import top_cause
+from tests._support.recorded import top_cause, view_stats
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _view_stats(folder: Path) -> TraceStats:
-    """The statistics the detectors judge the recording on (its detection view's, when material)."""
-    trace = load_trace([folder / "traces"])
-    eng = build_engine(trace)
-    view = detection_view(trace, eng, analyze(trace, engine=eng))
-    return view.stats if view is not None else compute_stats(trace, eng)
 
 
 def test_log_spread_and_forward_spreads_match_a_plain_loop() -> None:
@@ -62,7 +49,7 @@ def test_a_starved_healthy_rank_is_no_fast_step_slow_rank() -> None:
     # held-out 7 ddp-healthy-3rank: nothing injected, rank 0's forwards 6-23 ms in every step
     # against 2-3.5 ms on its peers (its process got less of the CPU): 2.9x in its fastest step,
     # but its forward spreads twice as wide as its widest peer's
-    stats = _view_stats(DATA / "kineto_plain_heldout7" / "ddp-healthy-3rank")
+    stats = view_stats(DATA / "kineto_plain_heldout7" / "ddp-healthy-3rank")
     c = fast_step_candidate(stats)
     assert c is not None and c.cell == (0, 0)
     assert c.forward >= 1.6 and c.z is not None and c.z >= 4.0  # the magnitude bars pass
@@ -79,7 +66,7 @@ def test_the_fast_step_slow_ranks_keep_their_spread() -> None:
                              ("kineto_plain_heldout6", "ddp-slow-4rank", 0),
                              ("kineto_plain_heldout6", "fsdp-slow-4rank", 2),
                              ("kineto_plain_heldout7", "ddp-slow-4rank", 3)):
-        c = fast_step_candidate(_view_stats(DATA / part / name))
+        c = fast_step_candidate(view_stats(DATA / part / name))
         assert c is not None and c.cell == (rank, 0), name
         assert c.spread <= c.peer_spread, name
         assert fast_step_holds(c) == "one-pass", name
@@ -89,7 +76,7 @@ def test_a_lone_collection_is_a_gc_pause() -> None:
     # held-out 7 fsdp-gc-3rank: one gc.collect() of 1.82 s inside rank 2's forward in step 4, the
     # next largest forward excess 27 ms: one (worker, step) pair, 68x the job's other forwards
     folder = DATA / "kineto_plain_heldout7" / "fsdp-gc-3rank"
-    stats = _view_stats(folder)
+    stats = view_stats(folder)
     kept = above_tail(stats, paused_forwards(stats))
     rows = stats.fwd_index[kept]
     assert len({(int(stats.op_dp[r]), int(stats.op_step_index[r])) for r in rows}) == 1
@@ -104,11 +91,11 @@ def test_a_healthy_jobs_largest_forward_is_no_lone_pause() -> None:
     # tail gap alone (4.3 ms, 11.6x; 31 ms, 5.2x the others), far under a collection's height
     for part, name in (("kineto_plain_heldout4", "ddp-healthy-2rank"),
                        ("kineto_plain_heldout2", "fsdp-healthy-2rank")):
-        stats = _view_stats(DATA / part / name)
+        stats = view_stats(DATA / part / name)
         kept = above_tail(stats, paused_forwards(stats))
         assert kept.sum() == 1, name
         assert not lone_pause(stats, kept), name
         assert top_cause(DATA / part / name) == ("none", []), name
     # oracle: no pause, no lone pause
-    stats = _view_stats(DATA / "kineto_plain_heldout4" / "ddp-healthy-2rank")
+    stats = view_stats(DATA / "kineto_plain_heldout4" / "ddp-healthy-2rank")
     assert not lone_pause(stats, np.zeros(len(stats.fwd_index), dtype=bool))
