@@ -5,7 +5,9 @@ PyTorch part's score."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.base import TraceStats
@@ -74,3 +76,21 @@ def view_stats(folder: Path) -> TraceStats:
     eng = build_engine(trace)
     view = detection_view(trace, eng, analyze(trace, engine=eng))
     return view.stats if view is not None else compute_stats(trace, eng)
+
+
+def widened_part_score(part: str, size: int) -> tuple[dict[str, Any], dict[str, tuple[str, list[int]]],
+                                                      dict[str, tuple[str, list[int]]]]:
+    """(each recording's score by ``bench/recordings.py``'s ``score_folder``, each one's top cause
+    and ranks as diagnosed, the missed ones' top cause) of the example job's recorded part
+    ``tests/data/kineto_widened/<part>``, which must hold ``size`` recordings."""
+    bench = str(Path(__file__).resolve().parents[2] / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import recordings
+
+    folders = recordings.folders(part)
+    assert len(folders) == size, f"{part}: {len(folders)} recordings, expected {size}"
+    assert all(f.parent == WIDENED / part for f in folders)
+    scored = {f.name: recordings.score_folder(f) for f in folders}
+    got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
+    return scored, got, {n: got[n] for n, s in scored.items() if not s.right}

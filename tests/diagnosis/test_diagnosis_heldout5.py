@@ -17,7 +17,7 @@ sys.path.insert(0, str(BENCH))
 
 import recordings  # noqa: E402
 
-from tests._support.recorded import WIDENED, widened_folder  # noqa: E402
+from tests._support.recorded import widened_folder, widened_part_score  # noqa: E402
 
 # The figure of the one run was 12 of 17, with slow-rank-2x3 missed too (stage 0's one-step DP
 # stall read as slow communication first). Since then the part is seen data: the fifth round's
@@ -34,11 +34,7 @@ MISSED = {
 
 
 def test_the_fifth_held_out_part_keeps_its_second_look_figure() -> None:
-    folders = recordings.folders("heldout5")
-    assert len(folders) == 17 and all(f.parent == WIDENED / "heldout5" for f in folders)
-    scored = {f.name: recordings.score_folder(f) for f in folders}
-    got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
-    missed = {n: got[n] for n, s in scored.items() if not s.right}
+    scored, _got, missed = widened_part_score("heldout5", 17)
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 14
     assert [(g[0], list(g[2])) for g in scored["send-delay-4x2"].got][1] == ("slow-communication", [2, 6])

@@ -9,15 +9,7 @@ stated as a second look, since this part is seen data after its one run)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import recordings  # noqa: E402
-
-from tests._support.recorded import WIDENED  # noqa: E402
+from tests._support.recorded import widened_part_score
 
 # The figure of the one run was 6 of 14, with two more misses: slow-rank-last-3x2 (no cause, a
 # silent miss) and slow-rank-weak-4x2 (the standing last-stage load alone). After the run the fast-op
@@ -36,11 +28,7 @@ MISSED = {
 
 
 def test_the_sixth_held_out_part_keeps_its_second_look_figure() -> None:
-    folders = recordings.folders("heldout6")
-    assert len(folders) == 14 and all(f.parent == WIDENED / "heldout6" for f in folders)
-    scored = {f.name: recordings.score_folder(f) for f in folders}
-    got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
-    missed = {n: got[n] for n, s in scored.items() if not s.right}
+    scored, _got, missed = widened_part_score("heldout6", 14)
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 9
     assert sum(s.right_standing for s in scored.values()) == 10

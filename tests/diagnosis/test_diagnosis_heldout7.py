@@ -10,15 +10,7 @@ stated as a second look, since this part is seen data after its one run)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import recordings  # noqa: E402
-
-from tests._support.recorded import WIDENED  # noqa: E402
+from tests._support.recorded import widened_part_score
 
 # The figure of the one run: 11 of 15 (the round's starting tree got the same 11), with four misses:
 # healthy-4x2 (job-wide slow communication first, a false sequence-length finding second),
@@ -40,11 +32,7 @@ MISSED = {
 
 
 def test_the_seventh_held_out_part_keeps_its_second_look_figure() -> None:
-    folders = recordings.folders("heldout7")
-    assert len(folders) == 15 and all(f.parent == WIDENED / "heldout7" for f in folders)
-    scored = {f.name: recordings.score_folder(f) for f in folders}
-    got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
-    missed = {n: got[n] for n, s in scored.items() if not s.right}
+    scored, got, missed = widened_part_score("heldout7", 15)
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 13
     assert sum(s.right_standing for s in scored.values()) == 13

@@ -9,15 +9,7 @@ stated as a second look, since this part is seen data after its one run)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import recordings  # noqa: E402
-
-from tests._support.recorded import WIDENED  # noqa: E402
+from tests._support.recorded import widened_part_score
 
 # The figure of the one run: 11 of 12 (the round's starting tree gets the same 11, with the same
 # diagnoses). The miss: (top cause, its ranks) as diagnosed.
@@ -31,11 +23,7 @@ MISSED = {
 
 
 def test_the_eighth_held_out_part_keeps_its_run_once_figure() -> None:
-    folders = recordings.folders("heldout8")
-    assert len(folders) == 12 and all(f.parent == WIDENED / "heldout8" for f in folders)
-    scored = {f.name: recordings.score_folder(f) for f in folders}
-    got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
-    missed = {n: got[n] for n, s in scored.items() if not s.right}
+    scored, _got, missed = widened_part_score("heldout8", 12)
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 11
     assert sum(s.right_standing for s in scored.values()) == 11
