@@ -919,7 +919,9 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
-    backwards are. Never "within noise" while such a worker exists."""
+    backwards are. Never "within noise" while such a worker exists. Where its step sums do not
+    single it out (the own-compute test fails, or its S_w is under that bar but at least
+    ``FAST_OUTLIER_SW_Z`` out), its fastest ops may (``_fast_op_outlier``)."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
         return None
     m = worker_matrix(report, "exact")  # (pp, dp)
