@@ -121,6 +121,13 @@ FAST_OP_MAX_RHO = 0.9
 # ... and the spread of the others' fast-op factors is never taken below this (log units, about
 # 5%): with a handful of workers their MAD can be near zero by chance.
 FAST_OP_MIN_SIGMA = 0.05
+# The outlier-worker finding read from the fastest ops (``_fast_op_outlier``), for a worker the step
+# sums do not single out: S_w's hottest at least this many robust sigma above the other workers
+# (it stands out at all), its fast-op factor at least ``OUTLIER_Z`` robust sigma out of theirs, and
+# its per-step fast ops at least ``FAST_OUTLIER_STEP`` (1.5x) its stage peers' in every step (a slow
+# machine lengthens its fastest ops in every step; a busy host's descheduling in some).
+FAST_OUTLIER_SW_Z = 2.0
+FAST_OUTLIER_STEP = 1.5
 
 
 def hot_cells(report: Report) -> list[tuple[int, int]]:
@@ -912,7 +919,9 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
-    backwards are. Never "within noise" while such a worker exists."""
+    backwards are. Never "within noise" while such a worker exists. Where its step sums do not
+    single it out (the own-compute test fails, or its S_w is under that bar but at least
+    ``FAST_OUTLIER_SW_Z`` out), its fastest ops may (``_fast_op_outlier``)."""
     if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
         return None
     m = worker_matrix(report, "exact")  # (pp, dp)
@@ -922,9 +931,9 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     sw_z = (float(m[p, d]) - med) / max(1.4826 * float(median(np.abs(others - med))), 1e-3)
     # The slowest of n healthy workers sits about sqrt(2 ln n) sigma out: the bar grows with n.
     bar = max(FALLBACK_Z, float(np.sqrt(2.0 * np.log(max(stats.dp * stats.pp, 2)))) + 0.5)
-    if sw_z < bar:
-        return None
     cell = (d, p)
+    if sw_z < bar:
+        return _fast_op_outlier(report, stats, cell, sw_z) if sw_z >= FAST_OUTLIER_SW_Z else None
     floor = job_floor(stats, [cell])
     t = cell_timing(stats, cell, floor)
     # The weaker finding needs the worker slow in every (affected) step, not 3/4 of them: with a
@@ -936,7 +945,7 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         t.typical >= least and joint_typical_z(stats, t, floor) >= OWN_Z
     )
     if not own or t.persist < 1.0:
-        return None
+        return _fast_op_outlier(report, stats, cell, sw_z)
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
     if z < bar:
@@ -956,3 +965,62 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor,
                   affected if t.onset is not None else None, outlier_only=sw_z)
+
+
+def _fast_op_outlier(
+    report: Report, stats: TraceStats, cell: tuple[int, int], sw_z: float
+) -> CauseMatch | None:
+    """The outlier-worker finding read from the worker's fastest ops, when its step sums do not
+    single it out (``outlier_worker``'s own-compute test failed, or its S_w stands under that
+    finding's bar but at least ``FAST_OUTLIER_SW_Z`` robust sigma above the others).
+
+    Why: on a busy 2-core host the step sums of identical ranks move by +-50% or more (step floor
+    up to 80%), so a DP-2 worker sleeping 15 ms in every op can read at or below its peer's compute
+    in most steps while every one of its fastest ops runs 1.8-4.5x its peer's. Reported (at the
+    outlier-worker finding's low confidence, evidence ``fast_op_factor`` and
+    ``fast_op_min_step_ratio``) when S_w names the worker, its fast-op factor
+    (``fast_op_factors``) stands at least ``OUTLIER_Z`` robust sigma out of the other workers'
+    (``fast_op_outlier_z``), its per-step fast ops (``fast_op_steps``) are at least
+    ``FAST_OUTLIER_STEP`` times its stage peers' in every step, the job's microbatches carry no
+    cost of their own (``lengths_vary``: longer data lengthens a worker's fastest ops too), and
+    idealising its compute removes at least ``MIN_SHARE`` of the slowdown. None with one traced
+    step, without DP peers, or without pipeline stages: a data-parallel-only job's worker is the
+    fast-step finding's to judge (``fast_step``, the next fallback), from its whole steps."""
+    if stats.n_steps < 2 or stats.dp < 2 or stats.pp < 2:
+        return None
+    affected = np.ones(stats.n_steps, dtype=bool)
+    z_fast = fast_op_outlier_z(stats, [cell], affected)
+    if z_fast < OUTLIER_Z:
+        return None
+    fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
+    if not (fast > 0).all():
+        return None
+    per_step = peer_ratio(fast, cell)
+    if float(per_step.min()) < FAST_OUTLIER_STEP or lengths_vary(stats):
+        return None
+    share, compute_share = _shares(stats, report, [cell])
+    if compute_share < MIN_SHARE:
+        return None
+    floor = job_floor(stats, [cell])
+    t = cell_timing(stats, cell, floor)
+    peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])))
+    opt_ratio = optimizer_ratio(stats, [cell], affected)
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
+    match = _match(report, stats, [cell], None, [cell[1]], [], t.persist, peer_ratio_v, z_fast, opt_ratio,
+                   opt_slow, None if opt_slow else consistently_slow(stats, [cell], affected), share,
+                   compute_share, floor, None, outlier_only=sw_z)
+    factor = float(np.exp(fast_op_factors(stats, affected, [cell])[cell]))
+    match.evidence["fast_op_factor"] = rounded(factor)
+    match.evidence["fast_op_min_step_ratio"] = rounded(float(per_step.min()))
+    match.summary = (
+        f"An outlier worker read from its fastest ops: dp {cell[0]}/pp {cell[1]}'s fastest forwards and "
+        f"backwards run {factor:.2f}x its stage peers' ({z_fast:.1f} robust sigma out of the other "
+        f"workers'; at least {float(per_step.min()):.2f}x in every one of the {stats.n_steps} steps), "
+        f"and its per-worker slowdown is the job's highest ({sw_z:.1f} robust sigma above the others'), "
+        "while its step compute is lost in the host's step-to-step noise (floor "
+        f"{floor.step * 100:.0f}%). A slow machine lengthens every op, its fastest too; a busy host's "
+        "descheduling only some. Not every sign of a faulty machine holds, hence the low confidence. "
+        f"Idealising only it removes {share * 100:.0f}% of the slowdown ({compute_share * 100:.0f}% from "
+        "compute alone); check its GPU health, clocks and host load."
+    )
+    return match

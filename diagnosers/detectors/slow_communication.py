@@ -15,8 +15,9 @@ slow peer does not count as slow communication. Evidence, all of which must hold
   the location (a stage's DP group yields to a member whose own P2P transfers are slow and that
   explains as much: a collective runs at its slowest member's pace), when that is at least half of
   what fixing all communication does and its own ``MIN_SHARE``; otherwise the slow communication
-  is job-wide, reported only when the job is straggling (S >= 1.1): uniformly jittery transfers
-  alone are not a straggler.
+  is job-wide, reported only when the job is straggling (S >= 1.1) and its excess transfer time
+  is not mostly in one step (``transient``: a whole-job stall): uniformly jittery transfers alone
+  are not a straggler.
 
 With batched P2P calls (1F1B's steady state, interleaved schedules) a transfer's recorded time
 also holds the wait for the peer's compute, so only the ``rem`` view counts — except for a
@@ -849,6 +850,12 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # Unlocalised transfer slowness is what noisy shared networks look like too; call it a cause
         # only when the job is straggling (S >= 1.1).
         if not report.straggling or share_comm <= share_compute:
+            return None
+        # ... and only when it is slow throughout: job-wide excess transfer time that sits mostly
+        # in one step is a transient stall of the whole job (one burst of a busy host's contention,
+        # every collective waiting on a descheduled member), as for a candidate above (real
+        # recordings: a healthy 4x2 job with 62% of its excess transfer time in one step of four).
+        if transient(stats, probe.original, base, [("all communication", [], is_comm)])[0]:
             return None
         share = share_comm
         spatial = Spatial.JOB_WIDE

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout8 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout9 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -147,3 +147,17 @@ rec heldout8 var-seq-2x3            --dp 2 --pp 3 --steps 6 --seed 209 --var-seq
 rec heldout8 gc-pause-3x2           --dp 3 --pp 2 --steps 6 --seed 210 --gc-pause
 rec heldout8 layers-3x3             --dp 3 --pp 3 --steps 6 --seed 211 --layers-per-stage 1,2,1
 rec heldout8 dataloader-stall-2x2   --dp 2 --pp 2 --steps 6 --seed 212 --stall-rank 2 --stall-ms 80
+# --- held out, ninth set (a balanced sample of the classes; recorded and committed before the eighth round's detector changes were committed; diagnosed once, at its end) ---
+rec heldout9 healthy-2x3            --dp 2 --pp 3 --steps 6 --seed 301
+rec heldout9 slow-rank-2x4          --dp 2 --pp 4 --steps 6 --seed 302 --slow-rank 5 --slow-ms 12
+rec heldout9 layers-2x3             --dp 2 --pp 3 --steps 6 --seed 303 --layers-per-stage 1,2,1
+rec heldout9 send-delay-2x3         --dp 2 --pp 3 --steps 6 --seed 304 --send-delay-rank 0 --send-delay-ms 20
+rec heldout9 healthy-4x2            --dp 4 --pp 2 --steps 6 --seed 305
+rec heldout9 slow-rank-2x2          --dp 2 --pp 2 --steps 6 --seed 306 --slow-rank 0 --slow-ms 10
+rec heldout9 onset-4x2              --dp 4 --pp 2 --steps 8 --seed 307 --slow-rank 6 --slow-ms 20 --slow-from-step 5
+rec heldout9 slow-rank-last-3x2     --dp 3 --pp 2 --steps 6 --seed 308 --slow-rank 4 --slow-ms 10
+rec heldout9 var-seq-4x2            --dp 4 --pp 2 --steps 6 --seed 309 --var-seq --seq 64
+rec heldout9 healthy-3x3            --dp 3 --pp 3 --steps 6 --seed 310
+rec heldout9 gc-pause-2x4           --dp 2 --pp 4 --steps 6 --seed 311 --gc-pause
+rec heldout9 dataloader-stall-3x2   --dp 3 --pp 2 --steps 6 --seed 312 --stall-rank 5 --stall-ms 80
+rec heldout9 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 313 --slow-rank 2 --slow-ms 15 --slow-from-step 4
