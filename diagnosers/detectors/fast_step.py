@@ -214,6 +214,24 @@ def fast_step_holds(c: FastStep) -> str | None:
     return None
 
 
+def starved_not_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether a kernel-level job's one suspect worker reads as a process the host descheduled,
+    not a slow machine: its forward spreads wider over the steps than ``FAST_SPREAD_MAX`` x its
+    widest stage peer's (sporadic lost time, :func:`forward_spreads`) *and* its fastest forward
+    step is under ``FAST_FWD_MIN`` x its peers' fastest (no slow pass shows in its best step). A
+    slow machine or a cost paid in every forward keeps or narrows its relative spread; one that
+    is also descheduled (a wide spread) still shows in its fastest step. The faulty-machine
+    detector's full signature asks this of a kernel-level job (its step-by-step persistence and
+    compute ratio cannot tell a starved process from a slow one). False with several cells, on
+    microbatched jobs, or without the fast-step measurements."""
+    if stats.microbatches or len(cells) != 1:
+        return False
+    c = fast_step_candidate(stats, cells[0])
+    if c is None or not np.isfinite(c.forward):
+        return False
+    return c.spread > FAST_SPREAD_MAX * c.peer_spread and c.forward < FAST_FWD_MIN
+
+
 @dataclass(frozen=True)
 class FastPosition:
     """The one-position measurements of a worker (:func:`fast_position_candidate`): its cell, the
