@@ -268,8 +268,9 @@ def per_position_forward(stats: TraceStats) -> npt.NDArray[np.float64] | None:
 def fast_position_candidate(stats: TraceStats) -> FastPosition | None:
     """The (worker, forward position) whose fastest step there stands furthest above its stage
     peers' fastest there (log ratio to their median), with its measurements; None with fewer than
-    ``FAST_MIN_STEPS`` steps, no stage peer or no forward positions. A position a worker never
-    ran (no positive step) is left out."""
+    ``FAST_MIN_STEPS`` steps, no stage peer or no forward positions. A position where the worker
+    or one of its peers has no positive step (not run, or of no duration) is left out for that
+    worker. One median over the peers per worker: O(dp^2 x positions)."""
     if stats.n_steps < FAST_MIN_STEPS or stats.dp < 2:
         return None
     fwd = per_position_forward(stats)
@@ -279,14 +280,11 @@ def fast_position_candidate(stats: TraceStats) -> FastPosition | None:
     logs = np.where(low > 0, np.log(np.maximum(low, 1e-300)), np.nan)
     best: tuple[float, int, int, int] | None = None
     for d in range(stats.dp):
-        peers = np.delete(logs, d, axis=0)  # (dp-1, pp, positions)
-        ok = np.isfinite(peers).any(axis=0) & np.isfinite(logs[d])
+        med = median(np.delete(logs, d, axis=0), axis=0)  # (pp, positions); NaN where a peer has none
+        ok = np.isfinite(med) & np.isfinite(logs[d])
         if not ok.any():
             continue
-        # median over the peers that ran the position (a peer without it left out)
-        med = np.array([[median(c[np.isfinite(c)]) if np.isfinite(c).any() else np.nan
-                         for c in row] for row in np.moveaxis(peers, 0, -1)])
-        lrs = np.where(ok, logs[d] - med, -np.inf)
+        lrs = np.where(ok, logs[d] - np.where(ok, med, 0.0), -np.inf)
         k = int(np.argmax(lrs))
         pk, jk = k // lrs.shape[1], k % lrs.shape[1]
         if best is None or lrs[pk, jk] > best[0]:

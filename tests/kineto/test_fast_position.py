@@ -54,9 +54,9 @@ def _oracle(stats: object) -> tuple[int, int, float, float, float | None, float,
     best: tuple[float, int, int] | None = None
     for d in range(dp):
         for j in range(n_pos):
-            if min(series(d, j)) <= 0:
+            if any(min(series(e, j)) <= 0 for e in range(dp)):
                 continue
-            peers = [np.log(min(series(e, j))) for e in range(dp) if e != d and min(series(e, j)) > 0]
+            peers = [np.log(min(series(e, j))) for e in range(dp) if e != d]
             lr = np.log(min(series(d, j))) - float(np.median(peers))
             if best is None or lr > best[0]:
                 best = (lr, d, j)
