@@ -13,6 +13,7 @@ Used by :mod:`diagnosers.diagnose` for traces that carry an explicit (kernel-lev
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -81,7 +82,26 @@ class TransportNoise:
     worst: list[tuple[int, int, float]]
 
 
-def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine] | None:
+# collectives whose every member's result passes through every member's data (ring / tree
+# algorithms): the members complete together, within one chunk's transfer of each other
+JOINT_KINDS = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|broadcast", re.IGNORECASE)
+
+
+def joint_collectives(trace: Trace, engine: WhatIfEngine) -> npt.NDArray[np.bool_] | None:
+    """Per collective node of ``engine`` (sorted node order, as :func:`transport_noise` reads
+    them): whether its kind (the op-type key the kernel-level reader states, ``trace.graph.pool``)
+    is an all-reduce, all-gather, reduce-scatter or broadcast, whose members complete together.
+    An all-to-all or a send/recv is not: a slow pair holds only its own members. None without an
+    explicit graph."""
+    g = trace.graph
+    if g is None or len(g.pool) != engine.template.n_nodes:
+        return None
+    coll = sorted(v for grp in engine.template.groups for v in grp)
+    return np.array([bool(JOINT_KINDS.search(g.pool[v].split(" [")[0])) for v in coll], dtype=bool)
+
+
+def transport_noise(engine: WhatIfEngine,
+                    joint: npt.NDArray[np.bool_] | None = None) -> tuple[TransportNoise, WhatIfEngine] | None:
     """Split the collectives' transfer times into persistent slowness and transient noise.
 
     Transfer time excludes waiting for peers (end minus the last member's start), so what is left
@@ -107,7 +127,16 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     weak slow rank's or a stall's slowdown had nothing left to show against. The series' median
     is its robust level; setting every step to it removes the step-to-step spread (the transient
     noise) without that bias. Never above the ideal: what a transient series holds above its
-    type's ideal is the transport's noise, not a straggler."""
+    type's ideal is the transport's noise, not a straggler.
+
+    ``joint`` (:func:`joint_collectives`) marks the collectives whose members complete together
+    (all-reduce, all-gather, reduce-scatter, broadcast): there the transport's own time in a step
+    is the *earliest* member's transfer. A member that sees the same collective complete later
+    than its peer did was late itself (its thread off the CPU, its host busy), which no link or
+    group explains; so persistence and the kept level of such a series are read on the earliest
+    member's transfer of each step, and the member's time above it is capped like noise. A slow
+    link or NIC in a ring holds every member, so it stays persistent. Without ``joint`` every
+    series is read on its own transfer."""
     t = engine.template
     if not t.groups or len(engine.steps) < NOISE_MIN_STEPS:
         return None
@@ -118,7 +147,10 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     typical = np.median(x, axis=2, keepdims=True)
     spread = np.median(np.abs(x - typical), axis=2) / np.maximum(np.abs(typical[..., 0]), 1e-12)
     floor = float(np.median(spread))
-    elevated = x > ideal * (1.0 + NOISE_FLOORS * floor)
+    # the transport's time of each series: a joint collective's earliest member's in each step
+    xt = x if joint is None else np.where(joint[:, None, None], x.min(axis=1, keepdims=True), x)
+    typical_t = np.median(xt, axis=2, keepdims=True)
+    elevated = xt > ideal * (1.0 + NOISE_FLOORS * floor)
     persistent = elevated.mean(axis=2) >= NOISE_PERSIST  # (n_coll, dp)
     # A call that only hands its collective to the backend's thread (an unsynchronised node: gloo's
     # c10d enqueue) moves no data and waits for no peer; its time above the ideal is its own
@@ -128,12 +160,13 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
     t_nd = engine.nodelay_step_times
 
     def capped(keep: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.float64], float, WhatIfEngine]:
-        cap = np.where(keep[..., None], np.maximum(typical, ideal), ideal)
+        cap = np.where(keep[..., None], np.maximum(typical_t, ideal), ideal)
         dense = orig.copy()
-        # persistent series capped at their typical level; transient ones at their median (at
-        # most the ideal) in every step, fast steps raised as slow ones lowered (no low bias)
+        # persistent series capped at their (transport's) typical level; transient ones at their
+        # median (at most the ideal) in every step, fast steps raised as slow ones lowered (no low
+        # bias)
         dense[coll] = np.where(keep[..., None], np.minimum(x, cap), np.minimum(typical, ideal))
-        kept = float(np.where(keep, typical[..., 0] - ideal[..., 0], 0.0).clip(0.0).sum(axis=0).mean())
+        kept = float(np.where(keep, typical_t[..., 0] - ideal[..., 0], 0.0).clip(0.0).sum(axis=0).mean())
         clean = replace(engine, orig_dense=dense, _nodelay=None, _rows={})
         clean.actual_step_times = engine.actual_step_times - (t_nd - clean.nodelay_step_times)
         return cap, kept, clean
@@ -143,7 +176,7 @@ def transport_noise(engine: WhatIfEngine) -> tuple[TransportNoise, WhatIfEngine]
         # Each persistent series must also stand out of the step-to-step noise: an excess smaller
         # than what this many steps can resolve (3 standard errors of the mean) is noise too.
         bar = STALL_Z * step_sigma(clean.actual_step_times) / np.sqrt(len(engine.steps))
-        persistent &= typical[..., 0] - ideal[..., 0] >= bar
+        persistent &= typical_t[..., 0] - ideal[..., 0] >= bar
         cap, kept, clean = capped(persistent)
     clipped = x > cap
     t_cl = clean.nodelay_step_times
@@ -309,7 +342,8 @@ def judge_noises(
     (no launch delay) and its ideal. Returns (transport noise or None, bursts or None, engine with
     the material ones capped; ``engine`` itself when none is)."""
     gap = max(t_o - t_id, 1e-12)
-    found_t = transport_noise(engine)
+    joint = joint_collectives(trace, engine)
+    found_t = transport_noise(engine, joint)
     found_b = host_bursts(trace, engine, t_o, t_id)
     b_alone = found_b is not None and found_b[0].share >= NOISE_SHARE
     if found_t is not None and found_t[0].share >= NOISE_SHARE:
@@ -322,7 +356,7 @@ def judge_noises(
         return stalls, replace(found[0], share=found[0].share * (t_left - t_id) / gap), found[1]
     if found_b is not None and b_alone:
         bursts, base = found_b
-        left = transport_noise(base)  # its share: of the slowdown the bursts leave
+        left = transport_noise(base, joint)  # its share: of the slowdown the bursts leave
         if left is None or left[0].share < NOISE_SHARE:
             return None, bursts, base
         # the notes state the stalls' share of the whole slowdown and S with both removed

@@ -29,6 +29,17 @@ The test, per worker (DP rank, PP stage) against its stage peers (the worker lef
   starved of CPU) is slow *sporadically*: its forward spreads wider than any peer's. On the seen
   recordings the slow ranks' spread is 0.0-1.0x their widest peer's; a starved healthy rank's
   (held-out 7 ``ddp-healthy-3rank``, forwards 6-23 ms against 2-3.5 ms) 2.0x;
+- or, when neither form holds, *one forward position* (``"one-position"``, :func:`fast_position_candidate`):
+  a pass cut into several segments at its collectives (FSDP's per-unit all-gathers) spreads a cost
+  paid in one segment over a long forward, where the whole pass's fastest step sits under the
+  bars (FSDP2's forwards run 18-68 ms on a busy host; an 8-12 ms cost in one of its seven
+  segments is 1.4-1.5x the pass). Read per segment position, the worker's fastest step at that
+  position at least ``FAST_POS_MIN`` (3x) its peers' fastest there and at least
+  ``FAST_POS_TYPICAL`` (2x) the median of every peer step there (its best is above their typical
+  step), ``FAST_POS_Z`` (2) robust sigma out of the peers' own spread there with two or more
+  peers, and not descheduled (its spread at that position at most ``FAST_SPREAD_MAX`` x the
+  widest peer's). No whole-compute bar: on CPU FSDP the peers' segments absorb part of the wait
+  for the slow rank's all-gathers, so its fastest whole step can be level with theirs;
 - what-if: idealising only that worker's compute removes at least ``MIN_SHARE`` of the slowdown.
 
 Only on kernel-level jobs (``stats.microbatches`` False: compute ops are segments of one pass),
@@ -69,6 +80,11 @@ FAST_SPREAD_MAX = 1.5
 # a slow machine's fastest forward step is slower than its peers' typical (median) step: one that
 # is not lies inside the peers' own step-to-step range, where host noise can put it
 FAST_OVER_TYPICAL = 1.0
+# one forward position (a segment of a pass cut at its collectives): its fastest step against the
+# peers' fastest there and their typical (median) step there, and its sigma against their spread
+FAST_POS_MIN = 3.0
+FAST_POS_TYPICAL = 2.0
+FAST_POS_Z = 2.0
 # the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
 FAST_FIT = 0.45
 
@@ -157,9 +173,10 @@ def fastest_over_typical(forward: npt.NDArray[np.float64], cell: tuple[int, int]
     return float(forward[:, d, p].min()) / float(median(peers))
 
 
-def fast_step_candidate(stats: TraceStats) -> FastStep | None:
-    """The worker with the largest fast-forward factor and its measurements (see the module doc),
-    or None when the job has no forward ops, no stage peers or fewer than ``FAST_MIN_STEPS``."""
+def fast_step_candidate(stats: TraceStats, cell: tuple[int, int] | None = None) -> FastStep | None:
+    """The worker with the largest fast-forward factor (or ``cell``'s, when given) and its
+    measurements (see the module doc), or None when the job has no forward ops, no stage peers or
+    fewer than ``FAST_MIN_STEPS``."""
     if stats.n_steps < FAST_MIN_STEPS or stats.dp < 2:
         return None
     forward = per_step_sums(stats, FWD)
@@ -168,7 +185,7 @@ def fast_step_candidate(stats: TraceStats) -> FastStep | None:
     logs = np.array([f for f, _ in factors])
     if not np.isfinite(logs).any():
         return None
-    i = int(np.nanargmax(logs))
+    i = int(np.nanargmax(logs)) if cell is None else cell[0] * stats.pp + cell[1]
     cell = (i // stats.pp, i % stats.pp)
     f, sigma = factors[i]
     compute = fast_factor(fastest_log(stats.compute + stats.optimizer), cell)[0]
@@ -197,6 +214,111 @@ def fast_step_holds(c: FastStep) -> str | None:
     return None
 
 
+def starved_not_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether a kernel-level job's one suspect worker reads as a process the host descheduled,
+    not a slow machine: its forward spreads wider over the steps than ``FAST_SPREAD_MAX`` x its
+    widest stage peer's (sporadic lost time, :func:`forward_spreads`) *and* its fastest forward
+    step is under ``FAST_FWD_MIN`` x its peers' fastest (no slow pass shows in its best step). A
+    slow machine or a cost paid in every forward keeps or narrows its relative spread; one that
+    is also descheduled (a wide spread) still shows in its fastest step. The faulty-machine
+    detector's full signature asks this of a kernel-level job (its step-by-step persistence and
+    compute ratio cannot tell a starved process from a slow one). False with several cells, on
+    microbatched jobs, or without the fast-step measurements."""
+    if stats.microbatches or len(cells) != 1:
+        return False
+    c = fast_step_candidate(stats, cells[0])
+    if c is None or not np.isfinite(c.forward):
+        return False
+    return c.spread > FAST_SPREAD_MAX * c.peer_spread and c.forward < FAST_FWD_MIN
+
+
+@dataclass(frozen=True)
+class FastPosition:
+    """The one-position measurements of a worker (:func:`fast_position_candidate`): its cell, the
+    forward segment position, its fastest step there over its peers' fastest there (a ratio),
+    that step over the median of every peer step there, the peers' spread of their fastest there
+    (log units, None with one peer) and the factor's z over it, and its and its widest peer's
+    spread over the steps there (:func:`log_spread`, the peers' floored at ``FAST_MIN_SIGMA``)."""
+
+    cell: tuple[int, int]
+    position: int
+    factor: float
+    over_typical: float
+    sigma: float | None
+    z: float | None
+    spread: float
+    peer_spread: float
+
+
+def per_position_forward(stats: TraceStats) -> npt.NDArray[np.float64] | None:
+    """(S, dp, pp, positions) seconds of forward compute per step, worker and segment position
+    (``stats.op_mb``: a kernel-level op's position among its worker's ops of its type in the
+    step); None without positions or forward ops."""
+    m = stats.optype == FWD
+    if stats.op_mb is None or not m.any():
+        return None
+    pos = stats.op_mb[m].astype(np.int64)
+    if (pos < 0).any():
+        return None
+    out = np.zeros((stats.n_steps, stats.dp, stats.pp, int(pos.max()) + 1))
+    np.add.at(out, (stats.op_step_index[m], stats.op_dp[m], stats.op_pp[m], pos), stats.transfer[m])
+    return out
+
+
+def fast_position_candidate(stats: TraceStats) -> FastPosition | None:
+    """The (worker, forward position) whose fastest step there stands furthest above its stage
+    peers' fastest there (log ratio to their median), with its measurements; None with fewer than
+    ``FAST_MIN_STEPS`` steps, no stage peer or no forward positions. A position where the worker
+    or one of its peers has no positive step (not run, or of no duration) is left out for that
+    worker. One median over the peers per worker: O(dp^2 x positions)."""
+    if stats.n_steps < FAST_MIN_STEPS or stats.dp < 2:
+        return None
+    fwd = per_position_forward(stats)
+    if fwd is None:
+        return None
+    low = fwd.min(axis=0)  # (dp, pp, positions)
+    logs = np.where(low > 0, np.log(np.maximum(low, 1e-300)), np.nan)
+    best: tuple[float, int, int, int] | None = None
+    for d in range(stats.dp):
+        med = median(np.delete(logs, d, axis=0), axis=0)  # (pp, positions); NaN where a peer has none
+        ok = np.isfinite(med) & np.isfinite(logs[d])
+        if not ok.any():
+            continue
+        lrs = np.where(ok, logs[d] - np.where(ok, med, 0.0), -np.inf)
+        k = int(np.argmax(lrs))
+        pk, jk = k // lrs.shape[1], k % lrs.shape[1]
+        if best is None or lrs[pk, jk] > best[0]:
+            best = (float(lrs[pk, jk]), d, pk, jk)
+    if best is None or not np.isfinite(best[0]):
+        return None
+    lr, d, p, j = best
+    series = fwd[:, :, p, j]  # (S, dp)
+    peer_logs = np.delete(logs[:, p, j], d)
+    peer_logs = peer_logs[np.isfinite(peer_logs)]
+    sigma: float | None = None
+    if peer_logs.size >= 2:
+        sigma = max(1.4826 * float(median(np.abs(peer_logs - median(peer_logs)))), FAST_MIN_SIGMA)
+    peer_steps = np.delete(series, d, axis=1).ravel()
+    peer_steps = peer_steps[peer_steps > 0]
+    over = float(series[:, d].min()) / float(median(peer_steps)) if peer_steps.size else float("inf")
+    spread = log_spread(series[:, d])
+    peer_spread = max(max((log_spread(series[:, r]) for r in range(stats.dp) if r != d), default=0.0),
+                      FAST_MIN_SIGMA)
+    return FastPosition((d, p), j, float(np.exp(lr)), over, sigma, None if sigma is None else lr / sigma,
+                        spread, peer_spread)
+
+
+def fast_position_holds(c: FastPosition) -> bool:
+    """Whether ``c`` passes the one-position form (module doc): ``FAST_POS_MIN`` x its peers'
+    fastest, ``FAST_POS_TYPICAL`` x their median step, ``FAST_POS_Z`` sigma out of their spread
+    (two or more peers), its spread at most ``FAST_SPREAD_MAX`` x the widest peer's."""
+    if c.spread > FAST_SPREAD_MAX * c.peer_spread:
+        return False
+    if c.z is not None and c.z < FAST_POS_Z:
+        return False
+    return c.factor >= FAST_POS_MIN and c.over_typical >= FAST_POS_TYPICAL
+
+
 @register_fallback
 def fast_step_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     """The fast-step finding (module doc): a kernel-level job's worker whose fastest steps are slow
@@ -207,17 +329,24 @@ def fast_step_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     if c is None:
         return None
     form = fast_step_holds(c)
+    pos = None
     if form is None:
-        return None
+        pos = fast_position_candidate(stats)
+        if pos is None or not fast_position_holds(pos):
+            return None
+        form = "one-position"
+        if pos.cell != c.cell:  # the whole-pass measurements of the worker the position names
+            c = fast_step_candidate(stats, pos.cell) or c
     share, compute_share = _shares(stats, report, [c.cell])
     if compute_share < MIN_SHARE:
         return None
-    return _fast_match(report, stats, c, form, share, compute_share)
+    return _fast_match(report, stats, c, form, share, compute_share, pos)
 
 
 def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share: float,
-                compute_share: float) -> CauseMatch:
-    """The CauseMatch of a fast-step finding: summary, location and evidence."""
+                compute_share: float, pos: FastPosition | None = None) -> CauseMatch:
+    """The CauseMatch of a fast-step finding: summary, location and evidence (``pos``: the
+    one-position form's measurements)."""
     loc = stats.location([c.cell])
     d, p = c.cell
     opt_ratio = optimizer_ratio(stats, [c.cell])
@@ -225,11 +354,18 @@ def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share
               f", {c.z:.1f} sigma out of its peers' own spread ({np.expm1(c.sigma):.0%})")
     what = ("its fastest step of forward compute" if form == "one-pass"
             else "its fastest steps of forward, backward and optimizer compute")
+    where = ""
+    if pos is not None:
+        pos_z = "" if pos.z is None else f", {pos.z:.1f} sigma out of their spread there"
+        what = "its fastest step of the whole forward"
+        where = (f" One forward segment holds it: at position {pos.position} its fastest step ran "
+                 f"{pos.factor:.2f}x its peers' fastest there and {pos.over_typical:.2f}x their typical "
+                 f"(median) step there{pos_z}, in every step.")
     summary = (
         f"One worker (dp {d}/pp {p}; host {loc.hosts[0] if loc.hosts else '?'}) is slow in its fastest "
         f"steps: {what} ran {c.forward:.2f}x (forward) its stage peers' fastest{spread}, its fastest "
         f"step of all compute {c.compute:.2f}x, backward {c.backward:.2f}x, optimizer "
-        f"{c.optimizer:.2f}x. Other work on a "
+        f"{c.optimizer:.2f}x.{where} Other work on a "
         "host only adds time, so a rank slow even in its best step is slow in every step; the "
         "step-by-step persistence and outlier tests of a faulty machine do not hold on this job's "
         f"noise, hence the lower confidence. Idealising only it removes {share * 100:.0f}% of the "
@@ -258,6 +394,12 @@ def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share
             "fast_forward_z": rounded(c.z, 2) if c.z is not None else None,
             "fast_forward_spread": rounded(c.spread),
             "fast_forward_peer_spread": rounded(c.peer_spread),
+            **({} if pos is None else {
+                "fast_position": pos.position,
+                "fast_position_factor": rounded(pos.factor),
+                "fast_position_over_typical": rounded(pos.over_typical),
+                "fast_position_z": rounded(pos.z, 2) if pos.z is not None else None,
+            }),
         },
         summary=summary,
         categories=categories_for(CauseId.FAULTY_MACHINE),

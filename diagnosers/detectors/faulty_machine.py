@@ -771,6 +771,11 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # Only forwards and backwards slow (the optimizer normal) in a job whose microbatches carry
         # their own cost: that is what longer data does; it is no evidence for the hardware.
         return None
+    from diagnosers.detectors.fast_step import starved_not_slow  # it imports this module
+
+    if starved_not_slow(stats, cells):
+        # kernel-level: a process descheduled sporadically, its best step not slow (fast_step.py)
+        return None
     share, compute_share = _shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
