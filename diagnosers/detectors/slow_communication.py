@@ -358,11 +358,13 @@ def slow_links(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.bool_]:
     counts = np.bincount(view.link[on_link], minlength=dp * pp)
     per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
     out = np.zeros((dp, pp), dtype=bool)
-    for d in range(dp):
-        for s in range(pp - 1):
-            peers = np.delete(per_link[:, s], d)
-            ref = float(median(peers)) if peers.size else 1.0
-            out[d, s] = per_link[d, s] >= STANDOUT and per_link[d, s] >= STANDOUT * ref
+    if pp < 2:
+        return out
+    # every link's median of the other DP ranks at once (``median_of_others``: the values a
+    # median of each column without that rank gives), where a loop made dp x (pp - 1) medians
+    own = per_link[:, : pp - 1]
+    ref = median_of_others(own.T).T if dp >= 2 else np.ones_like(own)
+    out[:, : pp - 1] = (own >= STANDOUT) & (own >= STANDOUT * ref)
     return out
 
 
@@ -514,11 +516,12 @@ _DIRECTIONS = ((FS, FR, 0, "forward"), (BS, BR, 1, "backward"))
 def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """Per op: whether it is not part of a batched P2P call with other rows (``batch_ids``: -1, or
     an id no other row shares)."""
-    out = np.ones(len(batch), dtype=bool)
-    has = batch >= 0
-    if has.any():
-        out[has] = np.bincount(batch[has])[batch[has]] == 1
-    return out
+    # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
+    # every row is then one lookup, without gathering the batched rows first
+    slot = batch + 1
+    counts = np.bincount(slot, minlength=1)
+    counts[0] = 1
+    return counts[slot] == 1
 
 
 def send_floors(

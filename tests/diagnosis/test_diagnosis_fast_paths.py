@@ -1,0 +1,100 @@
+"""The diagnosis's cheaper computations against the plain ones they replace: op-type masks by
+comparison, per-row gathers through the step-major layout, the lone-call test by one lookup, the
+slow-link test by leave-one-out medians of the whole matrix."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from diagnosers import whatif
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.slow_communication import STANDOUT, alone_in_call, slow_links
+from diagnosers.npplain import median
+from diagnosers.synth import ScenarioSpec, generate
+from diagnosers.synth.spec import Schedule
+
+
+def _job(interleaved: bool, shuffle: bool) -> Any:
+    spec = (
+        ScenarioSpec(dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=4, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=4)
+    )
+    trace = generate(spec).trace
+    if shuffle:  # rows in no particular order: the layouts must not rely on the stored order
+        order = np.random.default_rng(1).permutation(len(trace.ops))
+        trace.ops = trace.ops.take(order)
+    return trace
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_gather_is_the_node_major_read(interleaved: bool, shuffle: bool) -> None:
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    t = eng.template
+    for dense in (eng.orig_dense, eng.launch_dense, eng.start_dense):
+        want = dense.reshape(-1)[t.flat_index]
+        assert np.array_equal(t.gather(dense), want, equal_nan=True)
+    stacked = np.stack([eng.orig_dense, eng.launch_dense])  # leading axes: the plain read
+    assert np.array_equal(t.gather(stacked), stacked.reshape(2, -1)[:, t.flat_index], equal_nan=True)
+    assert np.array_equal(eng.original, eng.orig_dense.reshape(-1)[t.flat_index], equal_nan=True)
+
+
+def test_of_types_is_isin() -> None:
+    trace = _job(False, True)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    codes = np.unique(stats.optype).tolist()
+    for wanted in ([codes[0]], codes[:2], codes[1:4], codes[:5], codes, [codes[-1], 99]):
+        got = stats.of_types(wanted)
+        assert got.dtype == np.bool_ and np.array_equal(got, np.isin(stats.optype, wanted))
+
+
+def test_alone_in_call_counts_each_batch() -> None:
+    rng = np.random.default_rng(5)
+    batch = rng.integers(-1, 40, 3000)
+    batch[batch == 7] = -1
+    batch[:1] = 41  # an id no other row shares
+    counts = {int(b): int((batch == b).sum()) for b in np.unique(batch)}
+    want = np.array([b < 0 or counts[int(b)] == 1 for b in batch])
+    assert np.array_equal(alone_in_call(batch), want)
+    assert alone_in_call(np.full(5, -1)).all() and not alone_in_call(np.zeros(5, dtype=np.int64)).any()
+    assert alone_in_call(np.zeros(0, dtype=np.int64)).shape == (0,)
+
+
+def _slow_links_loop(dp: int, pp: int, link: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """The per-link loop the matrix form replaced."""
+    on = link >= 0
+    sums = np.bincount(link[on], weights=ratio[on], minlength=dp * pp)
+    counts = np.bincount(link[on], minlength=dp * pp)
+    per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
+    out = np.zeros((dp, pp), dtype=bool)
+    for d in range(dp):
+        for s in range(pp - 1):
+            peers = np.delete(per_link[:, s], d)
+            ref = float(median(peers)) if peers.size else 1.0
+            out[d, s] = per_link[d, s] >= STANDOUT and per_link[d, s] >= STANDOUT * ref
+    return out
+
+
+@pytest.mark.parametrize(("dp", "pp"), [(1, 4), (2, 3), (5, 4), (8, 2), (6, 1)])
+def test_slow_links_is_the_per_link_loop(dp: int, pp: int) -> None:
+    rng = np.random.default_rng(dp * 10 + pp)
+    n = 50 * dp * pp
+    link = rng.integers(-1, dp * pp, n)
+    ratio = rng.lognormal(0.0, 0.6, n)
+    ratio[link == dp * pp - 2] *= 4.0  # a slow link (when it exists)
+    ratio[rng.random(n) < 0.1] = 1.0  # ties
+    stats = SimpleNamespace(dp=dp, pp=pp)
+    view = SimpleNamespace(link=link, ratio=ratio)
+    assert np.array_equal(slow_links(stats, view), _slow_links_loop(dp, pp, link, ratio))  # type: ignore[arg-type]
+    # every link tied with its peers, and links without any transfer
+    flat = np.ones(n)
+    tied = slow_links(stats, SimpleNamespace(link=link, ratio=flat))  # type: ignore[arg-type]
+    assert np.array_equal(tied, _slow_links_loop(dp, pp, link, flat))
+    none = np.full(n, -1)
+    assert not slow_links(stats, SimpleNamespace(link=none, ratio=ratio)).any()  # type: ignore[arg-type]
