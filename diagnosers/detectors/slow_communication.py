@@ -293,10 +293,15 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
     is_p2p = stats.of_types([FS, FR, BS, BR])
-    below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
-    link_stage = stats.op_pp - below
-    ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-    return is_p2p, np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+
+    def make() -> npt.NDArray[np.int64]:
+        below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
+        link_stage = stats.op_pp - below
+        ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
+        return np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+
+    # asked by the candidates, the send floors and the batch ids: made once, shared read-only
+    return is_p2p, stats.cached("slow-communication p2p links", make)
 
 
 def stands_out(

@@ -13,6 +13,7 @@ import pytest
 from diagnosers import whatif
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.slow_communication import STANDOUT, alone_in_call, slow_links
+from diagnosers.detectors.stats import _equal_runs, _group_median
 from diagnosers.npplain import median
 from diagnosers.synth import ScenarioSpec, generate
 from diagnosers.synth.spec import Schedule
@@ -98,3 +99,49 @@ def test_slow_links_is_the_per_link_loop(dp: int, pp: int) -> None:
     assert np.array_equal(tied, _slow_links_loop(dp, pp, link, flat))
     none = np.full(n, -1)
     assert not slow_links(stats, SimpleNamespace(link=none, ratio=ratio)).any()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "layout", ["sorted", "blocks", "split run", "unequal runs", "one group", "single rows", "long runs"]
+)
+def test_group_median_on_runs_matches_a_loop(layout: str) -> None:
+    # groups stored as runs of rows take the in-place path; near misses must not
+    rng = np.random.default_rng(len(layout))
+    size = {"single rows": 1, "long runs": 301}.get(layout, 6)
+    ids = np.arange(40) * 3 - 7
+    if layout == "blocks":
+        ids = rng.permutation(ids)
+    if layout == "one group":
+        ids = ids[:1]
+    group = np.repeat(ids, size)
+    if layout == "split run":  # the first group's rows in two runs
+        group = np.r_[group[size // 2 : size], group[size:], group[: size // 2]]
+    if layout == "unequal runs":
+        group = np.r_[group, group[-1:]]
+    values = np.round(rng.normal(size=len(group)), 1)  # many ties
+    want = np.empty(len(group))
+    for g in np.unique(group):
+        rows = group == g
+        want[rows] = np.median(values[rows])
+    assert np.array_equal(_group_median(group.astype(np.int64), values), want, equal_nan=True)
+    runs = _equal_runs(group.astype(np.int64))
+    assert runs == (size if layout not in ("split run", "unequal runs") else 0)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_vector_runs_match_the_node_major_scatter(interleaved: bool, shuffle: bool) -> None:
+    from diagnosers.simulate import simulate
+
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    t = eng.template
+    dp, ns = eng.shape
+    rng = np.random.default_rng(2)
+    for k in (1, 3):
+        d = eng.original[None] * rng.uniform(0.5, 1.5, (k, len(eng.original)))
+        flat = np.empty((t.n_nodes * dp * ns, k))  # the scatter the step-major one replaced
+        flat[t.flat_index] = d.T
+        dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)
+        want = simulate(t, dense, (k, dp, ns)).step_times
+        assert np.array_equal(eng.simulate(d), want)
