@@ -14,9 +14,12 @@ from diagnosers import whatif
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.slow_communication import STANDOUT, alone_in_call, slow_links
 from diagnosers.detectors.stats import _equal_runs, _group_median
+from diagnosers.model import OPTYPE_CODE
 from diagnosers.npplain import median
 from diagnosers.synth import ScenarioSpec, generate
-from diagnosers.synth.spec import Schedule
+from diagnosers.synth.spec import Scenario, Schedule
+
+FWD_CODE = OPTYPE_CODE["forward-compute"]
 
 
 def _job(interleaved: bool, shuffle: bool) -> Any:
@@ -145,3 +148,82 @@ def test_vector_runs_match_the_node_major_scatter(interleaved: bool, shuffle: bo
         dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)
         want = simulate(t, dense, (k, dp, ns)).step_times
         assert np.array_equal(eng.simulate(d), want)
+
+
+def _coherence_both_ways(
+    trace: Any, monkeypatch: pytest.MonkeyPatch, engine: bool = True
+) -> tuple[Any, Any, bool]:
+    """The coherence test with its complete-grid path and with the grouped medians alone."""
+    from diagnosers.detectors import sequence_length as sl
+
+    stats = compute_stats(trace, whatif.build_engine(trace) if engine else None)
+    fired: list[bool] = []
+    grid = sl._normalised_grid
+
+    def spy(*args: Any) -> Any:
+        out = grid(*args)
+        fired.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sl, "_normalised_grid", spy)
+    fast = sl._coherence(stats)
+    monkeypatch.setattr(sl, "_normalised_grid", lambda *args: None)
+    plain = sl._coherence(stats)
+    return fast, plain, bool(fired and fired[0])
+
+
+@pytest.mark.parametrize(
+    ("spec", "complete"),
+    [
+        (ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3, seed=1), True),
+        (ScenarioSpec(dp=1, pp=4, microbatches=8, steps=3, seed=2), True),
+        (
+            ScenarioSpec(
+                dp=4, pp=2, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SEQUENCE_LENGTH_IMBALANCE]
+            ),
+            True,
+        ),
+        (ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=4, schedule=Schedule.GPIPE), True),
+        (
+            ScenarioSpec(dp=2, pp=4, vpp=2, microbatches=8, steps=3, seed=5, schedule=Schedule.INTERLEAVED),
+            True,
+        ),
+        (ScenarioSpec(dp=3, pp=2, microbatches=4, steps=3, seed=6, first_step=5), True),
+    ],
+)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_coherence_grid_is_the_grouped_medians(
+    spec: ScenarioSpec, complete: bool, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = generate(spec).trace
+    if shuffle:
+        trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    fast, plain, fired = _coherence_both_ways(trace, monkeypatch)
+    assert fired == complete
+    assert fast == plain
+
+
+def test_coherence_grid_falls_back_on_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a forward without a transfer time, a missing forward, a duplicated one: no complete grid,
+    # the grouped medians decide (the last two the engine refuses: statistics without it)
+    trace = generate(ScenarioSpec(dp=4, pp=2, microbatches=8, steps=3, seed=7)).trace
+    fwd = np.flatnonzero(trace.ops.optype == FWD_CODE)
+    keep = np.ones(len(trace.ops), dtype=bool)
+    keep[fwd[5]] = False
+    zero = trace.ops.take(np.arange(len(trace.ops)))
+    zero.duration[fwd[2]] = 0.0
+    cases = [(zero, True), (trace.ops.take(np.flatnonzero(keep)), False)]
+    cases.append((trace.ops.take(np.r_[np.arange(len(trace.ops)), fwd[3]]), False))
+    for ops, engine in cases:
+        trace.ops = ops
+        fast, plain, fired = _coherence_both_ways(trace, monkeypatch, engine)
+        assert not fired and fast == plain
+
+
+@pytest.mark.parametrize("name", ["AR", "SE"])
+def test_coherence_grid_on_the_study_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnosers.readers import load_trace
+    from diagnosers.samples import artifact_trace
+
+    fast, plain, _ = _coherence_both_ways(load_trace([artifact_trace(name)]), monkeypatch)
+    assert fast == plain
