@@ -60,6 +60,7 @@ from diagnosers.detectors.base import (
     confidence,
     rounded,
 )
+from diagnosers.detectors.faulty_machine import worker_order_statistic
 from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
@@ -547,15 +548,10 @@ def send_floors(
         rows = np.flatnonzero((stats.optype == code) & alone & (link >= 0))
         if not rows.size:
             continue
-        # every link's order statistic from one sort by (link, transfer time)
-        ids, t = link[rows], transfer[rows]
-        order = np.lexsort((t, ids))
-        n = np.bincount(ids, minlength=dp * pp)
-        start = np.cumsum(n) - n
-        pick = start + np.floor(SEND_FLOOR_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
-        has = n > 0
-        flat = out[k].reshape(-1)
-        flat[has] = t[order][pick[has]]
+        # every link's order statistic: by a partition when the links carry equal counts, else
+        # from one sort by (link, transfer time) (``worker_order_statistic``: NaN without sends)
+        floors = worker_order_statistic(link[rows], transfer[rows], dp * pp, SEND_FLOOR_QUANTILE)
+        out[k].reshape(-1)[:] = floors
     return out[:, :, : max(pp - 1, 0)]
 
 

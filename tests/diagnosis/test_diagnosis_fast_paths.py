@@ -227,3 +227,44 @@ def test_coherence_grid_on_the_study_samples(name: str, monkeypatch: pytest.Monk
 
     fast, plain, _ = _coherence_both_ways(load_trace([artifact_trace(name)]), monkeypatch)
     assert fast == plain
+
+
+def _send_floors_by_lexsort(dp: int, pp: int, optype: Any, transfer: Any, link: Any, alone: Any) -> Any:
+    """The sort by (link, transfer time) the partition replaced."""
+    from diagnosers.detectors.slow_communication import _DIRECTIONS, SEND_FLOOR_QUANTILE
+
+    out = np.full((2, dp, pp), np.nan)
+    for k, (code, _, _, _) in enumerate(_DIRECTIONS):
+        rows = np.flatnonzero((optype == code) & alone & (link >= 0))
+        if not rows.size:
+            continue
+        ids, t = link[rows], transfer[rows]
+        order = np.lexsort((t, ids))
+        n = np.bincount(ids, minlength=dp * pp)
+        start = np.cumsum(n) - n
+        pick = start + np.floor(SEND_FLOOR_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
+        has = n > 0
+        out[k].reshape(-1)[has] = t[order][pick[has]]
+    return out[:, :, : max(pp - 1, 0)]
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_send_floors_match_the_sort(equal: bool) -> None:
+    from diagnosers.detectors.slow_communication import _DIRECTIONS, send_floors
+
+    dp, pp, per = 5, 4, 24
+    rng = np.random.default_rng(11 + equal)
+    fs, bs = _DIRECTIONS[0][0], _DIRECTIONS[1][0]
+    links = np.array([d * pp + s for d in range(dp) for s in range(pp - 1)])
+    link = np.repeat(links, 2 * per)
+    optype = np.tile(np.r_[np.full(per, fs), np.full(per, bs)], len(links)).astype(np.int16)
+    transfer = np.round(rng.lognormal(0.0, 0.5, len(link)), 2)  # ties
+    alone = np.ones(len(link), dtype=bool)
+    if not equal:  # some sends in batched calls, one link without lone forward sends, off-link rows
+        alone = rng.random(len(link)) < 0.7
+        alone[(link == links[3]) & (optype == fs)] = False
+        link = np.where(rng.random(len(link)) < 0.05, -1, link)
+    stats = SimpleNamespace(dp=dp, pp=pp, optype=optype)
+    got = send_floors(stats, transfer, link, alone)  # type: ignore[arg-type]
+    want = _send_floors_by_lexsort(dp, pp, optype, transfer, link, alone)
+    assert np.array_equal(got, want, equal_nan=True)
