@@ -153,7 +153,7 @@ class Probe:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.original = np.asarray(engine.original, dtype=np.float64)
-        self.ideal = np.asarray(engine.ideal, dtype=np.float64)
+        self._ideal: npt.NDArray[np.float64] | None = None  # per row, made on first use (property)
         self.t_orig = float(np.mean(engine.nodelay_step_times))
         self.t_ideal = float(engine.ideal_step_time)
         # masked runs already made, by (ideal_inside, mask): the remedies and marginal gains ask
@@ -167,6 +167,14 @@ class Probe:
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
+
+    @property
+    def ideal(self) -> npt.NDArray[np.float64]:
+        """Per op: its type's typical duration (``engine.ideal``), gathered on first use: a job
+        whose detectors build no scenario from it (a faulty machine's) never makes it."""
+        if self._ideal is None:
+            self._ideal = np.asarray(self.engine.ideal, dtype=np.float64)
+        return self._ideal
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
