@@ -116,8 +116,10 @@ class P2PRows:
     -1 for a transfer off the pipeline's links); ``cell``: their flat worker; ``excess``: transfer
     time over the type baseline, clipped at 0; ``ratio``: transfer time over the type baseline
     (floored at 1e-12 s); ``worker_ratio_sum`` / ``worker_n``: the ratios summed and counted per
-    flat worker. Every sum runs over the rows in ascending order, as a bincount over all ops
-    masked to these rows does, so the sums are the same to the bit."""
+    flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the excess and the ratios
+    summed, and the rows counted, per link id (``dp * pp`` slots; rows off the links left out).
+    Every sum runs over the rows in ascending order, as a bincount over all ops masked to these
+    rows does, so the sums are the same to the bit."""
 
     rows: npt.NDArray[np.int64]
     link: npt.NDArray[np.int64]
@@ -126,6 +128,9 @@ class P2PRows:
     ratio: npt.NDArray[np.float64]
     worker_ratio_sum: npt.NDArray[np.float64]
     worker_n: npt.NDArray[np.int64]
+    link_excess_sum: npt.NDArray[np.float64]
+    link_ratio_sum: npt.NDArray[np.float64]
+    link_n: npt.NDArray[np.int64]
 
 
 def p2p_rows(
@@ -141,15 +146,27 @@ def p2p_rows(
     cell = stats.op_worker[rows]
     t, b = transfer[rows], base[rows]
     ratio = t / np.maximum(b, 1e-12)
+    excess = np.clip(t - b, 0.0, None)
     n_workers = stats.dp * stats.pp
+    on = link[rows]
+    # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
+    # other slots add the same rows in the same order as a bincount of the on-link rows alone
+    slot = on + 1
+
+    def per_link(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.bincount(slot, weights=weights, minlength=n_workers + 1)[1:].astype(np.float64, copy=False)
+
     return P2PRows(
         rows=rows,
-        link=link[rows],
+        link=on,
         cell=cell,
-        excess=np.clip(t - b, 0.0, None),
+        excess=excess,
         ratio=ratio,
         worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
         worker_n=np.bincount(cell, minlength=n_workers),
+        link_excess_sum=per_link(excess),
+        link_ratio_sum=per_link(ratio),
+        link_n=np.bincount(slot, minlength=n_workers + 1)[1:],
     )
 
 
@@ -179,8 +196,7 @@ def candidates(
         view = p2p_rows(stats, transfer, base, (is_p2p, link))
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
-    on_link = view.link >= 0
-    per_link = np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=dp * pp)
+    per_link = view.link_excess_sum
     scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
     is_dp = stats.of_types(DP_CODES.tolist())
     # excess over the baseline per DP collective row (every one a communication row)
@@ -324,10 +340,8 @@ def stands_out(
         if base is None:
             base = type_baseline(stats, transfer, comm_mask(stats))
         view = p2p_rows(stats, transfer, base, p2p_links(stats) if links is None else links)
-    on_link = view.link >= 0
     n_links = stats.dp * stats.pp
-    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n_links)
-    counts = np.bincount(view.link[on_link], minlength=n_links)
+    sums, counts = view.link_ratio_sum, view.link_n
     per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
     wsum, wn = view.worker_ratio_sum, view.worker_n
     per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
@@ -359,9 +373,7 @@ def slow_links(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.bool_]:
     out as ``stands_out`` asks of a link (mean transfer / type baseline at least ``STANDOUT``, and
     ``STANDOUT`` times the median of the other DP ranks' links between the same stages)."""
     dp, pp = stats.dp, stats.pp
-    on_link = view.link >= 0
-    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=dp * pp)
-    counts = np.bincount(view.link[on_link], minlength=dp * pp)
+    sums, counts = view.link_ratio_sum, view.link_n
     per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
     out = np.zeros((dp, pp), dtype=bool)
     if pp < 2:

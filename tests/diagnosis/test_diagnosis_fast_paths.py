@@ -94,14 +94,46 @@ def test_slow_links_is_the_per_link_loop(dp: int, pp: int) -> None:
     ratio[link == dp * pp - 2] *= 4.0  # a slow link (when it exists)
     ratio[rng.random(n) < 0.1] = 1.0  # ties
     stats = SimpleNamespace(dp=dp, pp=pp)
-    view = SimpleNamespace(link=link, ratio=ratio)
-    assert np.array_equal(slow_links(stats, view), _slow_links_loop(dp, pp, link, ratio))  # type: ignore[arg-type]
+
+    def view(link: np.ndarray, ratio: np.ndarray) -> Any:  # the per-link sums P2PRows holds
+        on = link >= 0
+        return SimpleNamespace(
+            link_ratio_sum=np.bincount(link[on], weights=ratio[on], minlength=dp * pp),
+            link_n=np.bincount(link[on], minlength=dp * pp),
+        )
+
+    assert np.array_equal(slow_links(stats, view(link, ratio)), _slow_links_loop(dp, pp, link, ratio))  # type: ignore[arg-type]
     # every link tied with its peers, and links without any transfer
     flat = np.ones(n)
-    tied = slow_links(stats, SimpleNamespace(link=link, ratio=flat))  # type: ignore[arg-type]
+    tied = slow_links(stats, view(link, flat))  # type: ignore[arg-type]
     assert np.array_equal(tied, _slow_links_loop(dp, pp, link, flat))
     none = np.full(n, -1)
-    assert not slow_links(stats, SimpleNamespace(link=none, ratio=ratio)).any()  # type: ignore[arg-type]
+    assert not slow_links(stats, view(none, ratio)).any()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
+    from diagnosers.detectors.slow_communication import comm_mask, p2p_links, p2p_rows, type_baseline
+
+    spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=8, scenarios=[Scenario.SLOW_COMMUNICATION])
+    if interleaved:
+        spec = ScenarioSpec(
+            dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=8, schedule=Schedule.INTERLEAVED,
+            scenarios=[Scenario.SLOW_COMMUNICATION],
+        )
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    base = type_baseline(stats, transfer, comm_mask(stats))
+    links = p2p_links(stats)
+    v = p2p_rows(stats, transfer, base, links)
+    n = stats.dp * stats.pp
+    on = v.link >= 0
+    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=v.excess[on], minlength=n))
+    assert np.array_equal(v.link_ratio_sum, np.bincount(v.link[on], weights=v.ratio[on], minlength=n))
+    assert np.array_equal(v.link_n, np.bincount(v.link[on], minlength=n))
+    assert v.link_n.sum() == on.sum() > 0
 
 
 @pytest.mark.parametrize(
