@@ -495,10 +495,13 @@ def transient(
     with 0.22 s of excess in one step of four and under 0.01 s in the others)."""
     if stats.n_steps < TRANSIENT_MIN_STEPS:
         return [False] * len(scored)
-    excess = np.clip(transfer - base, 0.0, None)
     out = []
     for _, _, mask in scored:
-        per_step = np.bincount(stats.op_step_index[mask], weights=excess[mask], minlength=stats.n_steps)
+        # each candidate's rows found once and its excess made on them alone (the same values and
+        # order as the full-length excess masked, without it or two scans of the mask)
+        rows = np.flatnonzero(mask)
+        excess = np.clip(transfer[rows] - base[rows], 0.0, None)
+        per_step = np.bincount(stats.op_step_index[rows], weights=excess, minlength=stats.n_steps)
         total = float(per_step.sum())
         out.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
     return out

@@ -300,3 +300,31 @@ def test_send_floors_match_the_sort(equal: bool) -> None:
     got = send_floors(stats, transfer, link, alone)  # type: ignore[arg-type]
     want = _send_floors_by_lexsort(dp, pp, optype, transfer, link, alone)
     assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_transient_reads_each_candidates_rows() -> None:
+    from diagnosers.detectors.slow_communication import (
+        TRANSIENT_SHARE,
+        comm_mask,
+        probe_candidates,
+        transient,
+        type_baseline,
+    )
+
+    spec = ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SLOW_COMMUNICATION])
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    base = type_baseline(stats, transfer, comm_mask(stats))
+    scored = probe_candidates(stats)
+    # a candidate of one step's rows: transient by construction
+    one_step = comm_mask(stats) & (stats.op_step_index == 1)
+    scored = [*scored, ("one step", [(0, 0)], one_step)]
+    excess = np.clip(transfer - base, 0.0, None)  # the full-length excess it replaced
+    want = []
+    for _, _, mask in scored:
+        per_step = np.bincount(stats.op_step_index[mask], weights=excess[mask], minlength=stats.n_steps)
+        total = float(per_step.sum())
+        want.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
+    assert len(scored) > 2 and transient(stats, transfer, base, scored) == want and want[-1]
