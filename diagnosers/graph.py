@@ -174,7 +174,16 @@ class Template:
         return np.ascontiguousarray(out.reshape(ns, self.dp, self.n_nodes).transpose(2, 1, 0))
 
     def gather(self, dense: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """Per-row values from a (..., n_nodes, dp, n_steps) array (inverse of :meth:`dense`)."""
+        """Per-row values from a (..., n_nodes, dp, n_steps) array (inverse of :meth:`dense`).
+
+        A single (n_nodes, dp, n_steps) array is copied transposed to (step, dp, node) order first
+        and read there, as :meth:`dense` writes: rows stored in (step, worker) blocks then read
+        short runs of it instead of a cache miss each (half the time at 1.9M rows)."""
+        if dense.ndim == 3:
+            ns = len(self.steps)
+            if dense.shape == (self.n_nodes, self.dp, ns):
+                by_step = np.ascontiguousarray(dense.transpose(2, 1, 0)).reshape(-1)
+                return by_step[self.step_major_index]
         flat = dense.reshape(*dense.shape[:-3], -1)
         return flat[..., self.flat_index]
 

@@ -146,11 +146,14 @@ class WhatIfEngine:
         k = d.shape[0]
         dp, ns = self.shape
         t = self.template
-        # scenario axis last in memory: each row's k values land in one place (one random write
-        # per op instead of k)
-        flat = np.empty((t.n_nodes * dp * ns, k))
-        flat[t.flat_index] = d.T
-        dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)  # (n_nodes, k, dp, ns) view
+        # scattered in (step, dp, node) order, scenario axis last (each row's k values land in one
+        # place), then copied transposed to (n_nodes, k, dp, ns): rows stored in (step, worker)
+        # blocks write short runs there, where the node-major layout made a cache miss of each
+        # row (as ``Template.dense`` does; about half the time of one scenario at 1.9M ops)
+        by_step = np.empty((ns * dp * t.n_nodes, k))
+        by_step[t.step_major_index] = d.T
+        dense = np.ascontiguousarray(by_step.reshape(ns, dp, t.n_nodes, k).transpose(2, 3, 1, 0))
+        del by_step
         launch = None
         if launch_delay is not None:
             launch = t.dense(np.asarray(launch_delay, dtype=np.float64), fill=0.0)[:, None]

@@ -153,7 +153,7 @@ class Probe:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.original = np.asarray(engine.original, dtype=np.float64)
-        self.ideal = np.asarray(engine.ideal, dtype=np.float64)
+        self._ideal: npt.NDArray[np.float64] | None = None  # per row, made on first use (property)
         self.t_orig = float(np.mean(engine.nodelay_step_times))
         self.t_ideal = float(engine.ideal_step_time)
         # masked runs already made, by (ideal_inside, mask): the remedies and marginal gains ask
@@ -167,6 +167,14 @@ class Probe:
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
+
+    @property
+    def ideal(self) -> npt.NDArray[np.float64]:
+        """Per op: its type's typical duration (``engine.ideal``), gathered on first use: a job
+        whose detectors build no scenario from it (a faulty machine's) never makes it."""
+        if self._ideal is None:
+            self._ideal = np.asarray(self.engine.ideal, dtype=np.float64)
+        return self._ideal
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
@@ -329,12 +337,12 @@ MASKED_BATCH_CELLS = 200_000_000
 
 
 def _mask_key(mask: npt.NDArray[np.bool_], ideal_inside: bool) -> tuple[bool, int, bytes]:
-    """A masked scenario's identity: its direction, its length and a digest of its bits (each
-    scenario's mean step time does not depend on the batch it was simulated in)."""
-    import hashlib
-
+    """A masked scenario's identity: its direction, its length and its bits, packed eight to a
+    byte (each scenario's mean step time does not depend on the batch it was simulated in). The
+    packed bits themselves are the key (an eighth of the mask; a few dozen masks per diagnosis):
+    hashing them is as fast as a digest, and a diagnosis does not import ``hashlib`` for it."""
     bits = np.packbits(np.asarray(mask, dtype=bool))
-    return ideal_inside, len(mask), hashlib.blake2b(bits.tobytes(), digest_size=16).digest()
+    return ideal_inside, len(mask), bits.tobytes()
 
 
 @dataclass
@@ -412,10 +420,17 @@ class TraceStats:
         wanted = np.asarray(sorted({int(c) for c in codes}), dtype=np.int64)
 
         def make() -> npt.NDArray[np.bool_]:
+            if len(wanted) <= 4:
+                # a few codes: comparisons stream over the codes, where the table lookup is a
+                # gather per op (ten times the time at 1.9M ops); the same booleans
+                out = np.zeros(len(self.optype), dtype=bool)
+                for c in wanted.tolist():
+                    out |= self.optype == c
+                return out
             top = int(self.optype.max(initial=-1))
             table = np.zeros(max(top, int(wanted.max(initial=-1))) + 1, dtype=bool)
             table[wanted] = True
-            return table[self.optype]
+            return np.take(table, self.optype)
 
         return self.cached(("of_types", tuple(wanted.tolist())), make)
 

@@ -135,22 +135,24 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     worker_step = si * stats.dp + d
     row = worker_step * (int(mb.max()) + 1) + mb
     v = np.log(stats.transfer[rows])
-    group = worker_step * n_col + col
-    # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
-    v = v - _group_median(group, v)
-    if stats.dp >= 2:
-        # A microbatch's length is drawn per DP rank: its cost is what sets it apart from the same
-        # position on the other replicas. A pattern every replica shares at a position (the
-        # schedule, host contention in step with it, a slow sender delaying its pipeline's
-        # microbatches in turn) is no length: the per-(step, stage, chunk, pass, microbatch) median
-        # over the DP ranks is taken out before the ranks are compared.
-        position = (si * n_col + col) * (int(mb.max()) + 1) + mb
-        v = v - _group_median(position, v)
-    # np.unique's inverses by a presence table (the ids are dense small integers)
-    _, row_id = dense_ids(row)
-    _, col_id = dense_ids(col)
-    m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
-    m[row_id, col_id] = v
+    m = _normalised_grid(si, d, stats.dp, mb, col, v)
+    if m is None:
+        group = worker_step * n_col + col
+        # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
+        v = v - _group_median(group, v)
+        if stats.dp >= 2:
+            # A microbatch's length is drawn per DP rank: its cost is what sets it apart from the
+            # same position on the other replicas. A pattern every replica shares at a position
+            # (the schedule, host contention in step with it, a slow sender delaying its
+            # pipeline's microbatches in turn) is no length: the per-(step, stage, chunk, pass,
+            # microbatch) median over the DP ranks is taken out before the ranks are compared.
+            position = (si * n_col + col) * (int(mb.max()) + 1) + mb
+            v = v - _group_median(position, v)
+        # np.unique's inverses by a presence table (the ids are dense small integers)
+        _, row_id = dense_ids(row)
+        _, col_id = dense_ids(col)
+        m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
+        m[row_id, col_id] = v
     m = m[np.isfinite(m).all(axis=1)]
     n, k = m.shape
     if k < 2 or n < COHERENCE_MIN_ROWS:
@@ -165,13 +167,69 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
 
 
+def _normalised_grid(
+    si: npt.NDArray[np.int64],
+    d: npt.NDArray[np.int64],
+    dp: int,
+    mb: npt.NDArray[np.int64],
+    col: npt.NDArray[np.int64],
+    v: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64] | None:
+    """The coherence matrix of :func:`_coherence` with both medians taken out, when its rows fill
+    a complete grid: one value for every (step index, DP rank, microbatch, column), each once
+    (every regular 1F1B / GPipe job); None otherwise (the grouped medians then apply).
+
+    The matrix's rows are (worker-step ``si * dp + d``, microbatch) and its columns the column
+    ids, both ascending, as the grouped path lays them out; on a complete grid each grouped median
+    is a median along one axis of it (a worker-step's microbatches in one column; the DP ranks of
+    one (step, microbatch, column)): the same groups, the same values by the same partition, and
+    no grouping sort or gathers."""
+    n = len(v)
+    if n == 0:
+        return None
+    cols, col_id = dense_ids(col)
+    mb_lo = int(mb.min())
+    n_s, n_mb, n_c = int(si.max()) + 1, int(mb.max()) - mb_lo + 1, len(cols)
+    if n != n_s * dp * n_mb * n_c:
+        return None
+    if int(d.min()) < 0 or int(d.max()) >= dp or int(si.min()) < 0:
+        return None
+    cell = ((si * dp + d) * n_mb + (mb - mb_lo)) * n_c + col_id
+    if np.bincount(cell, minlength=n).max(initial=0) != 1:  # every cell once (n rows, n cells)
+        return None
+    m = np.empty(n)
+    m[cell] = v
+    # the worker-step's microbatches of each column: the median along the microbatch axis
+    by_ws = m.reshape(n_s * dp, n_mb, n_c)
+    by_ws -= _median_along(by_ws, 1)
+    if dp >= 2:
+        # the DP ranks of each (step, microbatch, column): the median along the DP axis
+        by_rank = m.reshape(n_s, dp, n_mb, n_c)
+        by_rank -= _median_along(by_rank, 1)
+    return m.reshape(n_s * dp * n_mb, n_c)
+
+
+def _median_along(a: npt.NDArray[np.float64], axis: int) -> npt.NDArray[np.float64]:
+    """The median of ``a`` along ``axis``, kept as an axis of length 1: the mean of the two middle
+    values a partition finds there (one for an odd length), as ``_group_median`` computes it."""
+    size = a.shape[axis]
+    lo, hi = (size - 1) // 2, size // 2
+    last = np.ascontiguousarray(np.moveaxis(a, axis, -1))  # the partition runs along contiguous rows
+    mid = np.partition(last, sorted({lo, hi}), axis=-1)
+    return np.expand_dims((mid[..., lo] + mid[..., hi]) / 2, axis)
+
+
 def _column_ranks(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """``np.argsort(np.argsort(m, axis=0), axis=0)`` as floats: each value's rank in its column.
-    The inverse of the sorting permutation is scattered instead of found by a second sort."""
-    order = np.argsort(m, axis=0)
-    ranks = np.empty(m.shape, dtype=np.float64)
-    np.put_along_axis(ranks, order, np.arange(m.shape[0], dtype=np.float64)[:, None], axis=0)
-    return ranks
+    The inverse of the sorting permutation is scattered instead of found by a second sort. Each
+    column is sorted as a contiguous row of the transposed matrix (the same values in the same
+    order, so the same sort and the same order among ties) and the ranks are handed back in the
+    matrix's own layout."""
+    n, k = m.shape
+    order = np.argsort(np.ascontiguousarray(m.T), axis=1)
+    ranks = np.empty((k, n), dtype=np.float64)
+    np.put_along_axis(ranks, order, np.arange(n, dtype=np.float64)[None, :], axis=1)
+    return np.ascontiguousarray(ranks.T)
 
 
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:

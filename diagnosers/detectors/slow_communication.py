@@ -61,6 +61,7 @@ from diagnosers.detectors.base import (
     confidence,
     rounded,
 )
+from diagnosers.detectors.faulty_machine import worker_order_statistic
 from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
 from diagnosers.detectors.registry import register
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
@@ -116,8 +117,10 @@ class P2PRows:
     -1 for a transfer off the pipeline's links); ``cell``: their flat worker; ``excess``: transfer
     time over the type baseline, clipped at 0; ``ratio``: transfer time over the type baseline
     (floored at 1e-12 s); ``worker_ratio_sum`` / ``worker_n``: the ratios summed and counted per
-    flat worker. Every sum runs over the rows in ascending order, as a bincount over all ops
-    masked to these rows does, so the sums are the same to the bit."""
+    flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the excess and the ratios
+    summed, and the rows counted, per link id (``dp * pp`` slots; rows off the links left out).
+    Every sum runs over the rows in ascending order, as a bincount over all ops masked to these
+    rows does, so the sums are the same to the bit."""
 
     rows: npt.NDArray[np.int64]
     link: npt.NDArray[np.int64]
@@ -126,6 +129,9 @@ class P2PRows:
     ratio: npt.NDArray[np.float64]
     worker_ratio_sum: npt.NDArray[np.float64]
     worker_n: npt.NDArray[np.int64]
+    link_excess_sum: npt.NDArray[np.float64]
+    link_ratio_sum: npt.NDArray[np.float64]
+    link_n: npt.NDArray[np.int64]
 
 
 def p2p_rows(
@@ -141,15 +147,27 @@ def p2p_rows(
     cell = stats.op_worker[rows]
     t, b = transfer[rows], base[rows]
     ratio = t / np.maximum(b, 1e-12)
+    excess = np.clip(t - b, 0.0, None)
     n_workers = stats.dp * stats.pp
+    on = link[rows]
+    # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
+    # other slots add the same rows in the same order as a bincount of the on-link rows alone
+    slot = on + 1
+
+    def per_link(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.bincount(slot, weights=weights, minlength=n_workers + 1)[1:].astype(np.float64, copy=False)
+
     return P2PRows(
         rows=rows,
-        link=link[rows],
+        link=on,
         cell=cell,
-        excess=np.clip(t - b, 0.0, None),
+        excess=excess,
         ratio=ratio,
         worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
         worker_n=np.bincount(cell, minlength=n_workers),
+        link_excess_sum=per_link(excess),
+        link_ratio_sum=per_link(ratio),
+        link_n=np.bincount(slot, minlength=n_workers + 1)[1:],
     )
 
 
@@ -179,8 +197,7 @@ def candidates(
         view = p2p_rows(stats, transfer, base, (is_p2p, link))
     scored: list[tuple[float, str, int]] = []
     # PP links: sends of stage s and receives of stage s+1 forward; the reverse backward.
-    on_link = view.link >= 0
-    per_link = np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=dp * pp)
+    per_link = view.link_excess_sum
     scored += [(float(v), "link", int(i)) for i, v in enumerate(per_link) if v > 0]
     is_dp = stats.of_types(DP_CODES.tolist())
     # excess over the baseline per DP collective row (every one a communication row)
@@ -294,10 +311,15 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
     Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
     is_p2p = stats.of_types([FS, FR, BS, BR])
-    below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
-    link_stage = stats.op_pp - below
-    ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-    return is_p2p, np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+
+    def make() -> npt.NDArray[np.int64]:
+        below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
+        link_stage = stats.op_pp - below
+        ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
+        return np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+
+    # asked by the candidates, the send floors and the batch ids: made once, shared read-only
+    return is_p2p, stats.cached("slow-communication p2p links", make)
 
 
 def stands_out(
@@ -319,10 +341,8 @@ def stands_out(
         if base is None:
             base = type_baseline(stats, transfer, comm_mask(stats))
         view = p2p_rows(stats, transfer, base, p2p_links(stats) if links is None else links)
-    on_link = view.link >= 0
     n_links = stats.dp * stats.pp
-    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n_links)
-    counts = np.bincount(view.link[on_link], minlength=n_links)
+    sums, counts = view.link_ratio_sum, view.link_n
     per_link = np.divide(sums, counts, out=np.zeros(n_links), where=counts > 0).reshape(stats.dp, stats.pp)
     wsum, wn = view.worker_ratio_sum, view.worker_n
     per_worker = np.divide(wsum, wn, out=np.zeros(n_links), where=wn > 0).reshape(stats.dp, stats.pp)
@@ -354,16 +374,16 @@ def slow_links(stats: TraceStats, view: P2PRows) -> npt.NDArray[np.bool_]:
     out as ``stands_out`` asks of a link (mean transfer / type baseline at least ``STANDOUT``, and
     ``STANDOUT`` times the median of the other DP ranks' links between the same stages)."""
     dp, pp = stats.dp, stats.pp
-    on_link = view.link >= 0
-    sums = np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=dp * pp)
-    counts = np.bincount(view.link[on_link], minlength=dp * pp)
+    sums, counts = view.link_ratio_sum, view.link_n
     per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
     out = np.zeros((dp, pp), dtype=bool)
-    for d in range(dp):
-        for s in range(pp - 1):
-            peers = np.delete(per_link[:, s], d)
-            ref = float(median(peers)) if peers.size else 1.0
-            out[d, s] = per_link[d, s] >= STANDOUT and per_link[d, s] >= STANDOUT * ref
+    if pp < 2:
+        return out
+    # every link's median of the other DP ranks at once (``median_of_others``: the values a
+    # median of each column without that rank gives), where a loop made dp x (pp - 1) medians
+    own = per_link[:, : pp - 1]
+    ref = median_of_others(own.T).T if dp >= 2 else np.ones_like(own)
+    out[:, : pp - 1] = (own >= STANDOUT) & (own >= STANDOUT * ref)
     return out
 
 
@@ -476,10 +496,13 @@ def transient(
     with 0.22 s of excess in one step of four and under 0.01 s in the others)."""
     if stats.n_steps < TRANSIENT_MIN_STEPS:
         return [False] * len(scored)
-    excess = np.clip(transfer - base, 0.0, None)
     out = []
     for _, _, mask in scored:
-        per_step = np.bincount(stats.op_step_index[mask], weights=excess[mask], minlength=stats.n_steps)
+        # each candidate's rows found once and its excess made on them alone (the same values and
+        # order as the full-length excess masked, without it or two scans of the mask)
+        rows = np.flatnonzero(mask)
+        excess = np.clip(transfer[rows] - base[rows], 0.0, None)
+        per_step = np.bincount(stats.op_step_index[rows], weights=excess, minlength=stats.n_steps)
         total = float(per_step.sum())
         out.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
     return out
@@ -515,11 +538,12 @@ _DIRECTIONS = ((FS, FR, 0, "forward"), (BS, BR, 1, "backward"))
 def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """Per op: whether it is not part of a batched P2P call with other rows (``batch_ids``: -1, or
     an id no other row shares)."""
-    out = np.ones(len(batch), dtype=bool)
-    has = batch >= 0
-    if has.any():
-        out[has] = np.bincount(batch[has])[batch[has]] == 1
-    return out
+    # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
+    # every row is then one lookup, without gathering the batched rows first
+    slot = batch + 1
+    counts = np.bincount(slot, minlength=1)
+    counts[0] = 1
+    return counts[slot] == 1
 
 
 def send_floors(
@@ -540,15 +564,10 @@ def send_floors(
         rows = np.flatnonzero((stats.optype == code) & alone & (link >= 0))
         if not rows.size:
             continue
-        # every link's order statistic from one sort by (link, transfer time)
-        ids, t = link[rows], transfer[rows]
-        order = np.lexsort((t, ids))
-        n = np.bincount(ids, minlength=dp * pp)
-        start = np.cumsum(n) - n
-        pick = start + np.floor(SEND_FLOOR_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
-        has = n > 0
-        flat = out[k].reshape(-1)
-        flat[has] = t[order][pick[has]]
+        # every link's order statistic: by a partition when the links carry equal counts, else
+        # from one sort by (link, transfer time) (``worker_order_statistic``: NaN without sends)
+        floors = worker_order_statistic(link[rows], transfer[rows], dp * pp, SEND_FLOOR_QUANTILE)
+        out[k].reshape(-1)[:] = floors
     return out[:, :, : max(pp - 1, 0)]
 
 

@@ -1,0 +1,330 @@
+"""The diagnosis's cheaper computations against the plain ones they replace: op-type masks by
+comparison, per-row gathers through the step-major layout, the lone-call test by one lookup, the
+slow-link test by leave-one-out medians of the whole matrix."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from diagnosers import whatif
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.slow_communication import STANDOUT, alone_in_call, slow_links
+from diagnosers.detectors.stats import _equal_runs, _group_median
+from diagnosers.model import OPTYPE_CODE
+from diagnosers.npplain import median
+from diagnosers.synth import ScenarioSpec, generate
+from diagnosers.synth.spec import Scenario, Schedule
+
+FWD_CODE = OPTYPE_CODE["forward-compute"]
+
+
+def _job(interleaved: bool, shuffle: bool) -> Any:
+    spec = (
+        ScenarioSpec(dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=4, schedule=Schedule.INTERLEAVED)
+        if interleaved
+        else ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=4)
+    )
+    trace = generate(spec).trace
+    if shuffle:  # rows in no particular order: the layouts must not rely on the stored order
+        order = np.random.default_rng(1).permutation(len(trace.ops))
+        trace.ops = trace.ops.take(order)
+    return trace
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_gather_is_the_node_major_read(interleaved: bool, shuffle: bool) -> None:
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    t = eng.template
+    for dense in (eng.orig_dense, eng.launch_dense, eng.start_dense):
+        want = dense.reshape(-1)[t.flat_index]
+        assert np.array_equal(t.gather(dense), want, equal_nan=True)
+    stacked = np.stack([eng.orig_dense, eng.launch_dense])  # leading axes: the plain read
+    assert np.array_equal(t.gather(stacked), stacked.reshape(2, -1)[:, t.flat_index], equal_nan=True)
+    assert np.array_equal(eng.original, eng.orig_dense.reshape(-1)[t.flat_index], equal_nan=True)
+
+
+def test_of_types_is_isin() -> None:
+    trace = _job(False, True)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    codes = np.unique(stats.optype).tolist()
+    for wanted in ([codes[0]], codes[:2], codes[1:4], codes[:5], codes, [codes[-1], 99]):
+        got = stats.of_types(wanted)
+        assert got.dtype == np.bool_ and np.array_equal(got, np.isin(stats.optype, wanted))
+
+
+def test_alone_in_call_counts_each_batch() -> None:
+    rng = np.random.default_rng(5)
+    batch = rng.integers(-1, 40, 3000)
+    batch[batch == 7] = -1
+    batch[:1] = 41  # an id no other row shares
+    counts = {int(b): int((batch == b).sum()) for b in np.unique(batch)}
+    want = np.array([b < 0 or counts[int(b)] == 1 for b in batch])
+    assert np.array_equal(alone_in_call(batch), want)
+    assert alone_in_call(np.full(5, -1)).all() and not alone_in_call(np.zeros(5, dtype=np.int64)).any()
+    assert alone_in_call(np.zeros(0, dtype=np.int64)).shape == (0,)
+
+
+def _slow_links_loop(dp: int, pp: int, link: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """The per-link loop the matrix form replaced."""
+    on = link >= 0
+    sums = np.bincount(link[on], weights=ratio[on], minlength=dp * pp)
+    counts = np.bincount(link[on], minlength=dp * pp)
+    per_link = np.divide(sums, counts, out=np.zeros(dp * pp), where=counts > 0).reshape(dp, pp)
+    out = np.zeros((dp, pp), dtype=bool)
+    for d in range(dp):
+        for s in range(pp - 1):
+            peers = np.delete(per_link[:, s], d)
+            ref = float(median(peers)) if peers.size else 1.0
+            out[d, s] = per_link[d, s] >= STANDOUT and per_link[d, s] >= STANDOUT * ref
+    return out
+
+
+@pytest.mark.parametrize(("dp", "pp"), [(1, 4), (2, 3), (5, 4), (8, 2), (6, 1)])
+def test_slow_links_is_the_per_link_loop(dp: int, pp: int) -> None:
+    rng = np.random.default_rng(dp * 10 + pp)
+    n = 50 * dp * pp
+    link = rng.integers(-1, dp * pp, n)
+    ratio = rng.lognormal(0.0, 0.6, n)
+    ratio[link == dp * pp - 2] *= 4.0  # a slow link (when it exists)
+    ratio[rng.random(n) < 0.1] = 1.0  # ties
+    stats = SimpleNamespace(dp=dp, pp=pp)
+
+    def view(link: np.ndarray, ratio: np.ndarray) -> Any:  # the per-link sums P2PRows holds
+        on = link >= 0
+        return SimpleNamespace(
+            link_ratio_sum=np.bincount(link[on], weights=ratio[on], minlength=dp * pp),
+            link_n=np.bincount(link[on], minlength=dp * pp),
+        )
+
+    assert np.array_equal(slow_links(stats, view(link, ratio)), _slow_links_loop(dp, pp, link, ratio))  # type: ignore[arg-type]
+    # every link tied with its peers, and links without any transfer
+    flat = np.ones(n)
+    tied = slow_links(stats, view(link, flat))  # type: ignore[arg-type]
+    assert np.array_equal(tied, _slow_links_loop(dp, pp, link, flat))
+    none = np.full(n, -1)
+    assert not slow_links(stats, view(none, ratio)).any()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
+    from diagnosers.detectors.slow_communication import comm_mask, p2p_links, p2p_rows, type_baseline
+
+    spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=8, scenarios=[Scenario.SLOW_COMMUNICATION])
+    if interleaved:
+        spec = ScenarioSpec(
+            dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=8, schedule=Schedule.INTERLEAVED,
+            scenarios=[Scenario.SLOW_COMMUNICATION],
+        )
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    base = type_baseline(stats, transfer, comm_mask(stats))
+    links = p2p_links(stats)
+    v = p2p_rows(stats, transfer, base, links)
+    n = stats.dp * stats.pp
+    on = v.link >= 0
+    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=v.excess[on], minlength=n))
+    assert np.array_equal(v.link_ratio_sum, np.bincount(v.link[on], weights=v.ratio[on], minlength=n))
+    assert np.array_equal(v.link_n, np.bincount(v.link[on], minlength=n))
+    assert v.link_n.sum() == on.sum() > 0
+
+
+@pytest.mark.parametrize(
+    "layout", ["sorted", "blocks", "split run", "unequal runs", "one group", "single rows", "long runs"]
+)
+def test_group_median_on_runs_matches_a_loop(layout: str) -> None:
+    # groups stored as runs of rows take the in-place path; near misses must not
+    rng = np.random.default_rng(len(layout))
+    size = {"single rows": 1, "long runs": 301}.get(layout, 6)
+    ids = np.arange(40) * 3 - 7
+    if layout == "blocks":
+        ids = rng.permutation(ids)
+    if layout == "one group":
+        ids = ids[:1]
+    group = np.repeat(ids, size)
+    if layout == "split run":  # the first group's rows in two runs
+        group = np.r_[group[size // 2 : size], group[size:], group[: size // 2]]
+    if layout == "unequal runs":
+        group = np.r_[group, group[-1:]]
+    values = np.round(rng.normal(size=len(group)), 1)  # many ties
+    want = np.empty(len(group))
+    for g in np.unique(group):
+        rows = group == g
+        want[rows] = np.median(values[rows])
+    assert np.array_equal(_group_median(group.astype(np.int64), values), want, equal_nan=True)
+    runs = _equal_runs(group.astype(np.int64))
+    assert runs == (size if layout not in ("split run", "unequal runs") else 0)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_vector_runs_match_the_node_major_scatter(interleaved: bool, shuffle: bool) -> None:
+    from diagnosers.simulate import simulate
+
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    t = eng.template
+    dp, ns = eng.shape
+    rng = np.random.default_rng(2)
+    for k in (1, 3):
+        d = eng.original[None] * rng.uniform(0.5, 1.5, (k, len(eng.original)))
+        flat = np.empty((t.n_nodes * dp * ns, k))  # the scatter the step-major one replaced
+        flat[t.flat_index] = d.T
+        dense = np.moveaxis(flat.reshape(t.n_nodes, dp, ns, k), 3, 1)
+        want = simulate(t, dense, (k, dp, ns)).step_times
+        assert np.array_equal(eng.simulate(d), want)
+
+
+def _coherence_both_ways(
+    trace: Any, monkeypatch: pytest.MonkeyPatch, engine: bool = True
+) -> tuple[Any, Any, bool]:
+    """The coherence test with its complete-grid path and with the grouped medians alone."""
+    from diagnosers.detectors import sequence_length as sl
+
+    stats = compute_stats(trace, whatif.build_engine(trace) if engine else None)
+    fired: list[bool] = []
+    grid = sl._normalised_grid
+
+    def spy(*args: Any) -> Any:
+        out = grid(*args)
+        fired.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sl, "_normalised_grid", spy)
+    fast = sl._coherence(stats)
+    monkeypatch.setattr(sl, "_normalised_grid", lambda *args: None)
+    plain = sl._coherence(stats)
+    return fast, plain, bool(fired and fired[0])
+
+
+@pytest.mark.parametrize(
+    ("spec", "complete"),
+    [
+        (ScenarioSpec(dp=4, pp=4, microbatches=8, steps=3, seed=1), True),
+        (ScenarioSpec(dp=1, pp=4, microbatches=8, steps=3, seed=2), True),
+        (
+            ScenarioSpec(
+                dp=4, pp=2, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SEQUENCE_LENGTH_IMBALANCE]
+            ),
+            True,
+        ),
+        (ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=4, schedule=Schedule.GPIPE), True),
+        (
+            ScenarioSpec(dp=2, pp=4, vpp=2, microbatches=8, steps=3, seed=5, schedule=Schedule.INTERLEAVED),
+            True,
+        ),
+        (ScenarioSpec(dp=3, pp=2, microbatches=4, steps=3, seed=6, first_step=5), True),
+    ],
+)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_coherence_grid_is_the_grouped_medians(
+    spec: ScenarioSpec, complete: bool, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = generate(spec).trace
+    if shuffle:
+        trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    fast, plain, fired = _coherence_both_ways(trace, monkeypatch)
+    assert fired == complete
+    assert fast == plain
+
+
+def test_coherence_grid_falls_back_on_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a forward without a transfer time, a missing forward, a duplicated one: no complete grid,
+    # the grouped medians decide (the last two the engine refuses: statistics without it)
+    trace = generate(ScenarioSpec(dp=4, pp=2, microbatches=8, steps=3, seed=7)).trace
+    fwd = np.flatnonzero(trace.ops.optype == FWD_CODE)
+    keep = np.ones(len(trace.ops), dtype=bool)
+    keep[fwd[5]] = False
+    zero = trace.ops.take(np.arange(len(trace.ops)))
+    zero.duration[fwd[2]] = 0.0
+    cases = [(zero, True), (trace.ops.take(np.flatnonzero(keep)), False)]
+    cases.append((trace.ops.take(np.r_[np.arange(len(trace.ops)), fwd[3]]), False))
+    for ops, engine in cases:
+        trace.ops = ops
+        fast, plain, fired = _coherence_both_ways(trace, monkeypatch, engine)
+        assert not fired and fast == plain
+
+
+@pytest.mark.parametrize("name", ["AR", "SE"])
+def test_coherence_grid_on_the_study_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnosers.readers import load_trace
+    from diagnosers.samples import artifact_trace
+
+    fast, plain, _ = _coherence_both_ways(load_trace([artifact_trace(name)]), monkeypatch)
+    assert fast == plain
+
+
+def _send_floors_by_lexsort(dp: int, pp: int, optype: Any, transfer: Any, link: Any, alone: Any) -> Any:
+    """The sort by (link, transfer time) the partition replaced."""
+    from diagnosers.detectors.slow_communication import _DIRECTIONS, SEND_FLOOR_QUANTILE
+
+    out = np.full((2, dp, pp), np.nan)
+    for k, (code, _, _, _) in enumerate(_DIRECTIONS):
+        rows = np.flatnonzero((optype == code) & alone & (link >= 0))
+        if not rows.size:
+            continue
+        ids, t = link[rows], transfer[rows]
+        order = np.lexsort((t, ids))
+        n = np.bincount(ids, minlength=dp * pp)
+        start = np.cumsum(n) - n
+        pick = start + np.floor(SEND_FLOOR_QUANTILE * np.maximum(n - 1, 0)).astype(np.int64)
+        has = n > 0
+        out[k].reshape(-1)[has] = t[order][pick[has]]
+    return out[:, :, : max(pp - 1, 0)]
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_send_floors_match_the_sort(equal: bool) -> None:
+    from diagnosers.detectors.slow_communication import _DIRECTIONS, send_floors
+
+    dp, pp, per = 5, 4, 24
+    rng = np.random.default_rng(11 + equal)
+    fs, bs = _DIRECTIONS[0][0], _DIRECTIONS[1][0]
+    links = np.array([d * pp + s for d in range(dp) for s in range(pp - 1)])
+    link = np.repeat(links, 2 * per)
+    optype = np.tile(np.r_[np.full(per, fs), np.full(per, bs)], len(links)).astype(np.int16)
+    transfer = np.round(rng.lognormal(0.0, 0.5, len(link)), 2)  # ties
+    alone = np.ones(len(link), dtype=bool)
+    if not equal:  # some sends in batched calls, one link without lone forward sends, off-link rows
+        alone = rng.random(len(link)) < 0.7
+        alone[(link == links[3]) & (optype == fs)] = False
+        link = np.where(rng.random(len(link)) < 0.05, -1, link)
+    stats = SimpleNamespace(dp=dp, pp=pp, optype=optype)
+    got = send_floors(stats, transfer, link, alone)  # type: ignore[arg-type]
+    want = _send_floors_by_lexsort(dp, pp, optype, transfer, link, alone)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_transient_reads_each_candidates_rows() -> None:
+    from diagnosers.detectors.slow_communication import (
+        TRANSIENT_SHARE,
+        comm_mask,
+        probe_candidates,
+        transient,
+        type_baseline,
+    )
+
+    spec = ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SLOW_COMMUNICATION])
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    base = type_baseline(stats, transfer, comm_mask(stats))
+    scored = probe_candidates(stats)
+    # a candidate of one step's rows: transient by construction
+    one_step = comm_mask(stats) & (stats.op_step_index == 1)
+    scored = [*scored, ("one step", [(0, 0)], one_step)]
+    excess = np.clip(transfer - base, 0.0, None)  # the full-length excess it replaced
+    want = []
+    for _, _, mask in scored:
+        per_step = np.bincount(stats.op_step_index[mask], weights=excess[mask], minlength=stats.n_steps)
+        total = float(per_step.sum())
+        want.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
+    assert len(scored) > 2 and transient(stats, transfer, base, scored) == want and want[-1]
