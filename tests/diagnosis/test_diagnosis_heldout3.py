@@ -35,13 +35,31 @@ def _outcome(name: str) -> heldout3.H3Outcome:
     return heldout3.score(case, job, diagnose(job.trace))
 
 
-def test_the_list_is_the_committed_one() -> None:
+def _fingerprint(which: int | str) -> str:
     text = "\n".join(
         f"{c.name} {c.spec.model_dump_json()} {c.cost.model_dump_json()} {c.stall!r}"
-        for c in heldout3.set3_cases()
+        for c in heldout3.set3_cases(which)
     )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_the_list_is_the_committed_one() -> None:
     assert len(CASES) == 228
-    assert hashlib.sha256(text.encode()).hexdigest() == FINGERPRINT
+    assert _fingerprint(3) == FINGERPRINT
+
+
+# Set 5 (new shapes, three more healthy families) and its tuning companion, fixed before the round's
+# first rule change; set 5 is run once at the end of the round.
+SET5_FINGERPRINT = "29e7ebeed968f017736d7ae5f63985e90737f7bf537beb65ed9969aa1dbed5e6"
+TUNE5_FINGERPRINT = "756cdf7cc054e8c4bc9722558361c1a94b64274709d0cec9b0807951f3c2e1d1"
+
+
+def test_set_5_and_its_tuning_list_are_the_committed_ones() -> None:
+    assert len(heldout3.set3_cases(5)) == len(heldout3.set3_cases("tune5")) == 264
+    assert _fingerprint(5) == SET5_FINGERPRINT
+    assert _fingerprint("tune5") == TUNE5_FINGERPRINT
+    healthy = [c for c in heldout3.set3_cases(5) if c.family.startswith(("healthy", "job-stall"))]
+    assert len(healthy) == 72
 
 
 @pytest.mark.parametrize(
