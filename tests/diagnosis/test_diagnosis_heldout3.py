@@ -196,8 +196,13 @@ def test_successive_step_spread_reads_a_pairs_noise_and_ignores_a_persistent_or_
 def test_fleet_sigma_is_the_workers_spread_less_step_noise_and_needs_eight_workers() -> None:
     from diagnosers.detectors.peers import NoiseFloor
 
-    # typical ratios spread 1%; step noise 2% over 16 steps gives a typical 0.625% of it
-    f = NoiseFloor(step=0.02, worker=0.01, n_steps=16, n_workers=17)
-    assert f.fleet_sigma() == pytest.approx(np.sqrt(0.01**2 - (0.02 * 1.25 / 4) ** 2))
+    # typical ratios spread 1.5%; a 2% step floor over 16 steps (read 0.92 of the per-step sigma by
+    # the MAD around each worker's median) gives a typical 0.68% of it
+    f = NoiseFloor(step=0.02, worker=0.015, n_steps=16, n_workers=17)
+    step_typical = 0.02 / (1.0 - 1.25 / 16) * 1.25 / 4
+    assert f.fleet_sigma() == pytest.approx(np.sqrt(0.015**2 - step_typical**2))
     assert NoiseFloor(step=0.2, worker=0.01, n_steps=4, n_workers=17).fleet_sigma() == 0.0  # all step noise
-    assert NoiseFloor(step=0.02, worker=0.01, n_steps=16, n_workers=7).fleet_sigma() == 0.0  # too few workers
+    # a spread only 1.3x what step noise gives it: the MAD's own sampling error, no fleet spread
+    assert NoiseFloor(step=0.1523, worker=0.17, n_steps=4, n_workers=11).fleet_sigma() == 0.0
+    # too few workers to read a spread from
+    assert NoiseFloor(step=0.02, worker=0.015, n_steps=16, n_workers=7).fleet_sigma() == 0.0
