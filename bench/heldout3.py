@@ -31,7 +31,18 @@ anywhere at its place; healthy (and job-wide-stall) jobs must name no faulty-mac
 ``--set 4`` draws the same families from another seed (``SEEDS``): fixed after set 3's fixes and
 before its own first run.
 
-    .venv/bin/python bench/heldout3.py [--set 3|4] [--family NAME] [--verbose] [--json] [--list] [--subset N]
+``--set 5`` (held out, run once at the end of its round) and ``--set tune5`` (its tuning companion,
+run as often as wanted) draw the same families from two more seeds on **other shapes**
+(``SHAPES``: pipeline depths 3, 4, 7, 8, 9; DP 1, 2, 4, 6, 9, 11, 13, 24; tp 4; 4 GPUs per host;
+vpp 4; 4–6 steps), plus three families of healthy jobs the earlier sets lack: ``healthy-mild-gpu``
+(heavy noise and one GPU 1.5–3.5% slower than its peers, unlabelled: a fleet's ordinary spread,
+``CostModel.mild_worker``), ``job-stall-small`` (a job-wide stall in jobs of 2–4 workers and 3–5
+steps, some under step noise) and ``healthy-step-noise-mild-gpu`` (±30–50% step noise with a mildly
+slower GPU). Both were fixed before any rule change of the round; set 5 was not run before its
+one fresh run.
+
+    .venv/bin/python bench/heldout3.py [--set 3|4|5|tune5] [--family NAME] [--verbose] [--json]
+                                       [--list] [--subset N]
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ S = Scenario
 SET3_SEED = 3_2026_1201
 # Set 4: the same families from another seed, defined (and committed) after set 3's fixes and
 # before it was ever run: a fresh figure for those fixes on unseen draws of the same new shapes.
-SEEDS = {3: SET3_SEED, 4: 4_2026_1201}
+SEEDS: dict[int | str, int] = {3: SET3_SEED, 4: 4_2026_1201, 5: 5_2026_1202, "tune5": 51_2026_1202}
 PER_FAMILY = 12
 CLEAR = 1.05
 MAX_WORKERS = 240
@@ -67,6 +78,52 @@ MAX_WORKERS = 240
 MAX_WORK = 40_000
 DPS = [1, 2, 3, 5, 7, 10, 20, 40, 56]
 PPS = [2, 5, 6, 10, 12]
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The job shapes one set draws from (sets 3 and 4 share the first; set 5 and its tuning
+    companion the second). ``deep`` are the depths of families that need a middle stage,
+    ``mix_pps`` those of the multi-cause jobs, ``noise_dps`` / ``noise_pps`` those of step noise."""
+
+    dps: tuple[int, ...] = tuple(DPS)
+    pps: tuple[int, ...] = tuple(PPS)
+    deep: tuple[int, ...] = (5, 6, 10, 12)
+    mix_pps: tuple[int, ...] = (5, 6, 10)
+    noise_dps: tuple[int, ...] = (1, 2, 3, 5, 7)
+    noise_pps: tuple[int, ...] = (2, 5, 6)
+    tps: tuple[int, ...] = (1, 1, 2, 8)
+    cps: tuple[int, ...] = (1, 1, 1, 4)
+    vpps: tuple[int, ...] = (2, 3, 5)
+    gphs: tuple[int, ...] = (2, 8, 16)
+    steps: tuple[int, ...] = (2, 3, 8, 10, 12)
+    first_steps: tuple[int, ...] = (0, 3, 100)
+    noise_steps: tuple[int, ...] = (3, 8, 10)
+    long_steps: tuple[int, ...] = (3, 8, 10, 12)  # GC and job-wide stalls
+    onset_steps: tuple[int, ...] = (8, 10, 12)
+
+
+SHAPES_3 = Shapes()
+# Set 5's shapes: depths, DP sizes, tp, vpp, GPUs per host and step counts sets 3 and 4 never drew
+# (DP 1 and 2 stay: the small-DP cases are where the noise floor is hardest to read).
+SHAPES_5 = Shapes(
+    dps=(1, 2, 4, 6, 9, 11, 13, 24),
+    pps=(3, 4, 7, 8, 9),
+    deep=(3, 4, 7, 8, 9),
+    mix_pps=(3, 4, 7, 8),
+    noise_dps=(1, 2, 4, 6),
+    noise_pps=(2, 3, 4),
+    tps=(1, 1, 4, 2),
+    cps=(1, 1, 1, 2),
+    vpps=(2, 4),
+    gphs=(4, 8, 16),
+    steps=(3, 4, 5, 6, 9),
+    first_steps=(0, 7, 250),
+    noise_steps=(3, 4, 6, 9),
+    long_steps=(3, 4, 6, 9),
+    onset_steps=(6, 7, 9),
+)
+SHAPES: dict[int | str, Shapes] = {3: SHAPES_3, 4: SHAPES_3, 5: SHAPES_5, "tune5": SHAPES_5}
 
 
 @dataclass
@@ -100,26 +157,27 @@ def _step_estimate(kw: dict[str, object], cost: CostModel) -> float:
 def _layout(
     rng: random.Random,
     *,
-    dps: list[int] | None = None,
-    pps: list[int] | None = None,
+    dps: list[int] | tuple[int, ...] | None = None,
+    pps: list[int] | tuple[int, ...] | None = None,
     min_dp: int = 1,
-    steps: list[int] | None = None,
+    steps: list[int] | tuple[int, ...] | None = None,
+    shapes: Shapes = SHAPES_3,
 ) -> dict[str, object]:
     """Sizes, schedule, tp/cp, hosts, microbatches and steps of one job."""
     while True:
-        dp, pp = rng.choice(dps or DPS), rng.choice(pps or PPS)
+        dp, pp = rng.choice(dps or shapes.dps), rng.choice(pps or shapes.pps)
         if dp >= min_dp and dp * pp <= MAX_WORKERS:
             break
     sched = rng.choices([Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.GPIPE], [0.45, 0.3, 0.25])[0]
     if pp < 2:
         sched = Schedule.ONE_F_ONE_B
-    vpp = rng.choice([2, 3, 5]) if sched is Schedule.INTERLEAVED else 1
+    vpp = rng.choice(shapes.vpps) if sched is Schedule.INTERLEAVED else 1
     mb = (
         pp * rng.randint(1, 3)
         if sched is Schedule.INTERLEAVED
         else rng.choice([pp + 1, 2 * pp + 1, 3 * pp, 24])
     )
-    n_steps = rng.choice(steps or [2, 3, 8, 10, 12])
+    n_steps = rng.choice(steps or shapes.steps)
     while dp * pp * mb * vpp * n_steps > MAX_WORK and n_steps > 3:
         n_steps -= 1
     while dp * pp * mb * vpp * n_steps > MAX_WORK and mb > pp:
@@ -127,14 +185,14 @@ def _layout(
     return {
         "dp": dp,
         "pp": pp,
-        "tp": rng.choice([1, 1, 2, 8]),
-        "cp": rng.choice([1, 1, 1, 4]),
+        "tp": rng.choice(shapes.tps),
+        "cp": rng.choice(shapes.cps),
         "vpp": vpp,
         "schedule": sched,
         "microbatches": mb,
         "steps": n_steps,
-        "first_step": rng.choice([0, 3, 100]),
-        "gpus_per_host": rng.choice([2, 8, 16]),
+        "first_step": rng.choice(shapes.first_steps),
+        "gpus_per_host": rng.choice(shapes.gphs),
         "seed": rng.randint(10**6, 10**7),
     }
 
@@ -172,12 +230,38 @@ def _spec(scenarios: list[Scenario], magnitude: float, kw: dict[str, object], **
     return ScenarioSpec(scenarios=scenarios, magnitude=magnitude, **kw, **more)  # type: ignore[arg-type]
 
 
-def _one(family: str, rng: random.Random) -> tuple[ScenarioSpec, CostModel, float]:
-    """One job of ``family``: its spec, cost model and launch stall (seconds, 0 if none)."""
+def _one(family: str, rng: random.Random, sh: Shapes = SHAPES_3) -> tuple[ScenarioSpec, CostModel, float]:
+    """One job of ``family`` on the shapes ``sh``: its spec, cost model and launch stall (seconds,
+    0 if none)."""
     cost = _cost(rng)
     stall = 0.0
+    if family in ("healthy-mild-gpu", "healthy-step-noise-mild-gpu"):
+        # Heavy per-op noise (or step noise) and one GPU 1.5-3.5% slower than its peers: the spread
+        # of a healthy fleet, which no faulty-machine finding may name (not labelled).
+        kw = _layout(rng, dps=(2, 3, 4, 6, 9), pps=(2, 3, 4, 7), shapes=sh)
+        if family == "healthy-mild-gpu":
+            noise: dict[str, object] = {
+                "op_sigma": round(rng.uniform(0.03, 0.06), 4),
+                "worker_sigma": round(rng.uniform(0.008, 0.02), 4),
+                "tail_prob": round(rng.uniform(0.002, 0.01), 4),
+            }
+        else:
+            noise = {"step_sigma": round(rng.uniform(0.15, 0.25), 3)}
+        noise["mild_worker"] = _worker(rng, kw)
+        noise["mild_factor"] = round(rng.uniform(1.015, 1.035), 4)
+        return ScenarioSpec(**kw), cost.model_copy(update=noise), stall  # type: ignore[arg-type]
+    if family == "job-stall-small":
+        # A job-wide stall in a job of two to four workers and a short window (some under step
+        # noise): too few workers and steps for the pauses' spread to say "collector".
+        kw = _layout(rng, dps=(1, 2), pps=(1, 2), steps=(3, 4, 5), shapes=sh)
+        if int(kw["dp"]) * int(kw["pp"]) == 1:  # type: ignore[call-overload]
+            kw["dp"] = 2  # one worker has no "job" to stall beside it
+        kw["stall_step"] = int(kw["first_step"]) + rng.randrange(int(kw["steps"]))  # type: ignore[call-overload]
+        if rng.random() < 0.5:
+            cost = cost.model_copy(update={"step_sigma": round(rng.uniform(0.1, 0.3), 3)})
+        return _spec([S.JOB_STALL], _frac(rng, kw, cost, 0.1, 0.8), kw), cost, stall
     if family == "healthy-noisy":
-        kw = _layout(rng)
+        kw = _layout(rng, shapes=sh)
         cost = cost.model_copy(
             update={
                 "op_sigma": round(rng.uniform(0.03, 0.07), 4),
@@ -190,17 +274,17 @@ def _one(family: str, rng: random.Random) -> tuple[ScenarioSpec, CostModel, floa
         )
         return ScenarioSpec(**kw), cost, stall  # type: ignore[arg-type]
     if family == "healthy-step-noise":
-        kw = _layout(rng, dps=[1, 2, 3, 5, 7], pps=[2, 5, 6], steps=[3, 8, 10])
+        kw = _layout(rng, dps=sh.noise_dps, pps=sh.noise_pps, steps=sh.noise_steps, shapes=sh)
         cost = cost.model_copy(update={"step_sigma": round(rng.uniform(0.15, 0.25), 3)})
         return ScenarioSpec(**kw), cost, stall  # type: ignore[arg-type]
     if family == "stage-last":
-        kw = _layout(rng)
+        kw = _layout(rng, shapes=sh)
         return _spec([S.STAGE_IMBALANCE], round(rng.uniform(1.15, 2.4), 3), kw), cost, stall
     if family == "stage-first":
-        kw = _layout(rng)
+        kw = _layout(rng, shapes=sh)
         return _spec([S.STAGE_IMBALANCE_FIRST], round(rng.uniform(1.15, 2.0), 3), kw), cost, stall
     if family == "stage-layers":
-        kw = _layout(rng, pps=[5, 6, 10, 12])
+        kw = _layout(rng, pps=sh.deep, shapes=sh)
         if rng.random() < 0.5:  # host-aligned: one stage is exactly one host
             gph = rng.choice([8, 16])
             kw["tp"], kw["cp"] = (
@@ -213,37 +297,37 @@ def _one(family: str, rng: random.Random) -> tuple[ScenarioSpec, CostModel, floa
         kw["heavy_stage"] = rng.randrange(1, int(kw["pp"]) - 1)  # type: ignore[call-overload]
         return _spec([S.STAGE_IMBALANCE_LAYERS], round(rng.uniform(1.2, 2.0), 3), kw), cost, stall
     if family == "seqlen":
-        kw = _layout(rng, min_dp=2)
+        kw = _layout(rng, min_dp=2, shapes=sh)
         return _spec([S.SEQUENCE_LENGTH_IMBALANCE], round(rng.uniform(10.0, 64.0), 1), kw), cost, stall
     if family == "gc":
-        kw = _layout(rng, steps=[3, 8, 10, 12])
+        kw = _layout(rng, steps=sh.long_steps, shapes=sh)
         growing = rng.random() < 0.5
         return _spec([S.GC_PAUSE], _frac(rng, kw, cost, 0.05, 0.6), kw, gc_growing=growing), cost, stall
     if family in ("faulty-weak", "faulty-strong"):
-        kw = _layout(rng, min_dp=2)
+        kw = _layout(rng, min_dp=2, shapes=sh)
         kw["worker"] = _worker(rng, kw)
         lo, hi = (1.08, 1.4) if family == "faulty-weak" else (1.8, 4.0)
         return _spec([S.FAULTY_MACHINE], round(rng.uniform(lo, hi), 3), kw), cost, stall
     if family == "faulty-onset":
-        kw = _layout(rng, min_dp=2, steps=[8, 10, 12])
+        kw = _layout(rng, min_dp=2, steps=sh.onset_steps, shapes=sh)
         kw["steps"] = max(int(kw["steps"]), 6)  # type: ignore[call-overload]
         kw["worker"] = _worker(rng, kw)
         kw["onset_step"] = int(kw["first_step"]) + rng.randint(2, int(kw["steps"]) - 2)  # type: ignore[call-overload]
         return _spec([S.FAULTY_MACHINE], round(rng.uniform(1.3, 3.0), 3), kw), cost, stall
     if family == "faulty-host":
         while True:
-            kw = _layout(rng, min_dp=2)
+            kw = _layout(rng, min_dp=2, shapes=sh)
             host = _host(rng, kw)
             if host is not None:
                 break
         kw["host"] = host
         return _spec([S.FAULTY_MACHINE], round(rng.uniform(1.2, 3.0), 3), kw), cost, stall
     if family == "slow-link":
-        kw = _layout(rng, pps=[2, 5, 6, 10, 12])
+        kw = _layout(rng, shapes=sh)
         return _spec([S.SLOW_COMMUNICATION], round(rng.uniform(3.0, 30.0), 2), kw), cost, stall
     if family == "slow-nic":
         while True:
-            kw = _layout(rng, min_dp=2)
+            kw = _layout(rng, min_dp=2, shapes=sh)
             if rng.random() < 0.5:
                 kw["worker"] = _worker(rng, kw)
                 break
@@ -253,19 +337,19 @@ def _one(family: str, rng: random.Random) -> tuple[ScenarioSpec, CostModel, floa
                 break
         return _spec([S.SLOW_COMMUNICATION], round(rng.uniform(3.0, 30.0), 2), kw), cost, stall
     if family == "slow-dp-group":
-        kw = _layout(rng, min_dp=2)
+        kw = _layout(rng, min_dp=2, shapes=sh)
         kw["worker"] = _worker(rng, kw)
         return _spec([S.SLOW_DP_GROUP], round(rng.uniform(2.0, 12.0), 2), kw), cost, stall
     if family == "dataloader":
-        kw = _layout(rng)
+        kw = _layout(rng, shapes=sh)
         stall = _frac(rng, kw, cost, 0.03, 0.4)
         return _spec([S.DATALOADER_STALL], stall, kw), cost, stall
     if family == "job-stall":
-        kw = _layout(rng, steps=[3, 8, 10, 12])
+        kw = _layout(rng, steps=sh.long_steps, shapes=sh)
         kw["stall_step"] = int(kw["first_step"]) + rng.randrange(int(kw["steps"]))  # type: ignore[call-overload]
         return _spec([S.JOB_STALL], _frac(rng, kw, cost, 0.1, 0.8), kw), cost, stall
     if family == "faulty-on-heavy":
-        kw = _layout(rng, min_dp=2, pps=[5, 6, 10, 12])
+        kw = _layout(rng, min_dp=2, pps=sh.deep, shapes=sh)
         heavy = rng.choice([S.STAGE_IMBALANCE, S.STAGE_IMBALANCE_FIRST, S.STAGE_IMBALANCE_LAYERS])
         stage = {S.STAGE_IMBALANCE: int(kw["pp"]) - 1, S.STAGE_IMBALANCE_FIRST: 0}.get(  # type: ignore[call-overload]
             heavy,
@@ -293,10 +377,10 @@ MIX_POOL = [
 STAGES = {S.STAGE_IMBALANCE, S.STAGE_IMBALANCE_FIRST, S.STAGE_IMBALANCE_LAYERS}
 
 
-def _mix(rng: random.Random, n_causes: int) -> tuple[ScenarioSpec, CostModel, float]:
+def _mix(rng: random.Random, n_causes: int, sh: Shapes = SHAPES_3) -> tuple[ScenarioSpec, CostModel, float]:
     """A job with ``n_causes`` causes, each with its own magnitude (weak to strong)."""
     cost = _cost(rng)
-    kw = _layout(rng, min_dp=2, pps=[5, 6, 10])
+    kw = _layout(rng, min_dp=2, pps=sh.mix_pps, shapes=sh)
     while True:
         mix = rng.sample(MIX_POOL, n_causes)
         # One partition per job; one slot for the placed worker: a faulty machine and a slow DP
@@ -350,22 +434,26 @@ FAMILIES = [
     "faulty-on-heavy",
 ]
 MIX_JOBS = {2: 18, 3: 6}
+# Set 5 (and its tuning companion) add three healthy families: with job-stall and the two healthy
+# families above, 72 healthy jobs of varied noise.
+FAMILIES_5 = [*FAMILIES, "healthy-mild-gpu", "job-stall-small", "healthy-step-noise-mild-gpu"]
+SET_FAMILIES: dict[int | str, list[str]] = {3: FAMILIES, 4: FAMILIES, 5: FAMILIES_5, "tune5": FAMILIES_5}
 
 
-def set3_cases(which: int = 3) -> list[H3Case]:
-    """The fixed list ``which`` (3 or 4): every family's jobs, then the mixes (deterministic in
-    ``SEEDS[which]``)."""
-    seed = SEEDS[which]
+def set3_cases(which: int | str = 3) -> list[H3Case]:
+    """The fixed list ``which`` (3, 4, 5 or "tune5"): every family's jobs, then the mixes
+    (deterministic in ``SEEDS[which]``, on ``SHAPES[which]``)."""
+    seed, sh = SEEDS[which], SHAPES[which]
     cases: list[H3Case] = []
-    for k, fam in enumerate(FAMILIES):
+    for k, fam in enumerate(SET_FAMILIES[which]):
         rng = random.Random(seed * 100 + k)
         for i in range(PER_FAMILY):
-            spec, cost, stall = _one(fam, rng)
+            spec, cost, stall = _one(fam, rng, sh)
             cases.append(H3Case(f"{fam}-{i}", fam, spec, cost, stall))
     for n, count in MIX_JOBS.items():
         rng = random.Random(seed * 100 + 50 + n)
         for i in range(count):
-            spec, cost, stall = _mix(rng, n)
+            spec, cost, stall = _mix(rng, n, sh)
             cases.append(
                 H3Case(
                     f"mix{n}-{'+'.join(s.value for s in spec.scenarios)}-{i}", f"mix{n}", spec, cost, stall
@@ -374,7 +462,7 @@ def set3_cases(which: int = 3) -> list[H3Case]:
     return cases
 
 
-def subset(n_per_family: int, which: int = 3) -> list[H3Case]:
+def subset(n_per_family: int, which: int | str = 3) -> list[H3Case]:
     """The first ``n_per_family`` jobs of every family and mix group (a fast slice for tests)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
@@ -536,9 +624,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--set", type=int, default=3, choices=sorted(SEEDS), help="set 3 or set 4 (other seed)")
+    ap.add_argument(
+        "--set", default="3", choices=[str(k) for k in SEEDS],
+        help="set 3, set 4 (other seed), set 5 (other seed and shapes) or tune5 (set 5's tuning companion)",
+    )
     args = ap.parse_args(argv)
-    cases = subset(args.subset, args.set) if args.subset else set3_cases(args.set)
+    which: int | str = int(args.set) if args.set.isdigit() else args.set
+    cases = subset(args.subset, which) if args.subset else set3_cases(which)
     if args.family:
         cases = [c for c in cases if c.family == args.family]
     if args.list:
@@ -551,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0, c0 = time.perf_counter(), time.process_time()
     summary = summarize(run(cases, args.verbose))
-    summary["set"] = args.set
+    summary["set"] = which
     summary["wall_seconds"] = round(time.perf_counter() - t0, 1)
     summary["cpu_seconds"] = round(time.process_time() - c0, 1)
     if args.json:

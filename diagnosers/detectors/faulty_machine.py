@@ -757,6 +757,11 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
                    and slow_positions(stats, cells, affected) >= CONSISTENT_FRACTION)
     if z < OUTLIER_Z and not joint_ok and not position_ok:
         return None
+    if min(t.typical for t in kept) < small_job_outlier_bar(n_workers) * floor.fleet_sigma():
+        # Within the healthy machines' own persistent spread (``NoiseFloor.fleet_sigma``, each
+        # worker left out of its own reference): the slowest of a noisy healthy fleet (set 3
+        # healthy-noisy-8: a GPU 2.6% slower, 3.7 such sigma out of 17 peers) is no faulty machine.
+        return None
     # "All compute types on that worker are slow" (METHOD.md A6): a slow GPU also slows its
     # optimizer step, which no data or schedule imbalance touches.
     opt_ratio = optimizer_ratio(stats, cells, affected)
@@ -951,6 +956,8 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     )
     if not own or t.persist < 1.0:
         return _fast_op_outlier(report, stats, cell, sw_z)
+    if t.typical < small_job_outlier_bar(stats.dp * stats.pp) * floor.fleet_sigma():
+        return None  # within the healthy machines' own spread, as in ``detect``
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
     if z < bar:

@@ -72,6 +72,10 @@ RECUR_MIN_STEPS = 3
 # A job of two workers: both paused in the same step, and in no other of at least this many
 # steps, is one stall of the job (by chance two independent collectors meet so in 1 of n steps).
 PAIR_STALL_STEPS = 4
+# ... or, in a shorter window, when the two stopped for the same time (within this share of the
+# longer pause): one thing outside both processes held them; independent collections run as long
+# as each process's own heap takes (the generator draws them +-20%; set 4 job-stall-10: 0.02%).
+PAIR_STALL_SAME_LENGTH = 0.05
 # One freeze of several workers: paused forwards of different workers in one step whose spans
 # overlap by at least this share of the longer one (the same moment and about as long).
 FREEZE_OVERLAP = 0.9
@@ -181,11 +185,14 @@ def backwards_as_slow(stats: TraceStats, excess: float) -> int:
 
 
 def job_wide_stall_steps(
-    stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64]
+    stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64],
+    excess: npt.NDArray[np.float64] | None = None,
 ) -> list[int]:
     """Step indices in which every worker (at least ``STALL_WORKERS`` of them in jobs of more than
     eight) has a paused forward: one stall hitting the whole job at once. A job of two workers
-    qualifies only when that step holds every pause of a window of at least ``PAIR_STALL_STEPS``.
+    qualifies only when that step holds every pause of a window of at least ``PAIR_STALL_STEPS``,
+    or of a shorter window when the two pauses (``excess``, per paused forward) are as long as
+    each other within ``PAIR_STALL_SAME_LENGTH``.
 
     Collectors run on each process's own schedule, so in small jobs several may collect in the
     same step by chance; all of them at once is a job-wide event. (In a pipeline the stall reaches
@@ -195,10 +202,14 @@ def job_wide_stall_steps(
     if need < 2:
         return []
     steps = unique(step_idx)
-    if need == 2 and (len(steps) > 1 or stats.n_steps < PAIR_STALL_STEPS):
+    same_length = (
+        excess is not None and len(excess) == 2
+        and float(excess.max() - excess.min()) <= PAIR_STALL_SAME_LENGTH * float(excess.max())
+    )
+    if need == 2 and (len(steps) > 1 or (stats.n_steps < PAIR_STALL_STEPS and not same_length)):
         # Two workers: both paused in one step is a stall only when no other step of a window of
         # several has a pause (collectors on their own schedules spread over the steps; two that
-        # met once in a short window may be chance).
+        # met once in a short window may be chance, unless they stopped for the same time).
         return []
     return [int(i) for i in steps if len(unique(cell[step_idx == i])) >= need]
 
@@ -255,7 +266,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     if n_bwd > 0 and p_noise > NOISE_P:
         return None  # backwards have as many such outliers: heavy-tailed op noise, not a pause
     step_idx = stats.op_step_index[rows]
-    stalled = job_wide_stall_steps(stats, cell, step_idx)
+    stalled = job_wide_stall_steps(stats, cell, step_idx, stats.fwd_excess[paused])
     if stalled:
         # Every worker stopped in the same step: a job-wide stall (a shared filesystem, a
         # checkpoint, the host), not collectors running on their own schedules. Judge the rest.

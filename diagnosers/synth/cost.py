@@ -45,6 +45,12 @@ class CostModel(BaseModel):
     # log-normal factor per (step, worker) on its compute and optimizer; 0 = none (the default, so
     # existing jobs draw the same numbers).
     step_sigma: float = Field(default=0.0, ge=0.0)
+    # One healthy GPU a little slower than its peers (every fleet's spread of GPU speeds, not a
+    # fault, so not labelled): worker (dp_rank, pp_rank) runs its compute ``mild_factor`` times
+    # slower. Applied after every draw, so jobs without it draw exactly what they drew before; left
+    # out of a dump while unset, so a cost model without it dumps as it did before it existed.
+    mild_worker: tuple[int, int] | None = Field(default=None, exclude_if=lambda v: v is None)
+    mild_factor: float = Field(default=1.0, ge=1.0, le=1.1, exclude_if=lambda v: v == 1.0)
     # Transfers.
     p2p_bytes: float = 32e6
     p2p_bandwidth: float = 40e9

@@ -139,6 +139,11 @@ def _base_arrays(
             f = np.exp(rng.normal(0.0, cost.step_sigma, shape))
             compute[s] = compute[s] * f[None, :, :]
             local[s]["optimizer"] = local[s]["optimizer"] * f
+    if cost.mild_worker is not None:
+        d, s = cost.mild_worker
+        if not (0 <= d < dp and 0 <= s < pp):
+            raise ValueError(f"cost.mild_worker {cost.mild_worker} is outside dp={dp} x pp={pp}")
+        compute[s][:, :, d] *= cost.mild_factor
     return JobArrays(
         compute=compute,
         local=local,

@@ -14,6 +14,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diagnosers.diagnose import diagnose
@@ -35,13 +36,31 @@ def _outcome(name: str) -> heldout3.H3Outcome:
     return heldout3.score(case, job, diagnose(job.trace))
 
 
-def test_the_list_is_the_committed_one() -> None:
+def _fingerprint(which: int | str) -> str:
     text = "\n".join(
         f"{c.name} {c.spec.model_dump_json()} {c.cost.model_dump_json()} {c.stall!r}"
-        for c in heldout3.set3_cases()
+        for c in heldout3.set3_cases(which)
     )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_the_list_is_the_committed_one() -> None:
     assert len(CASES) == 228
-    assert hashlib.sha256(text.encode()).hexdigest() == FINGERPRINT
+    assert _fingerprint(3) == FINGERPRINT
+
+
+# Set 5 (new shapes, three more healthy families) and its tuning companion, fixed before the round's
+# first rule change; set 5 is run once at the end of the round.
+SET5_FINGERPRINT = "29e7ebeed968f017736d7ae5f63985e90737f7bf537beb65ed9969aa1dbed5e6"
+TUNE5_FINGERPRINT = "756cdf7cc054e8c4bc9722558361c1a94b64274709d0cec9b0807951f3c2e1d1"
+
+
+def test_set_5_and_its_tuning_list_are_the_committed_ones() -> None:
+    assert len(heldout3.set3_cases(5)) == len(heldout3.set3_cases("tune5")) == 264
+    assert _fingerprint(5) == SET5_FINGERPRINT
+    assert _fingerprint("tune5") == TUNE5_FINGERPRINT
+    healthy = [c for c in heldout3.set3_cases(5) if c.family.startswith(("healthy", "job-stall"))]
+    assert len(healthy) == 72
 
 
 @pytest.mark.parametrize(
@@ -58,14 +77,15 @@ def test_no_machine_or_gc_on_a_healthy_or_stalled_job(name: str) -> None:
     assert o.healthy and o.top1_ok and not o.false_machine_or_gc, o.got
 
 
-def test_the_one_false_machine_left_is_as_documented() -> None:
-    # healthy-noisy-8: a GPU 3% slower than its peers, the slowest of 18 noisy healthy ones (dp 3),
-    # stands 7.4 "sigma" out of the others' MAD (each of them against a stage median holding
-    # itself); measured leave-one-out it is 2.5. Correcting the spread lost four real recordings'
-    # weak slow ranks, so it is left open (docs/ACCURACY.md, "Held-out set 3"). When a rule change
-    # fixes it, this test fails and the docs' figure moves with it.
+def test_the_slowest_gpu_of_a_noisy_healthy_fleet_is_no_machine() -> None:
+    # healthy-noisy-8: a GPU 2.6% slower than its peers, the slowest of 18 noisy healthy ones (dp 3),
+    # stood 7.4 "sigma" out of the others' MAD (each of them against a stage median holding itself)
+    # and was named faulty-machine 0.566 (the test pinned that until the set-5 round). Against the
+    # fleet's own persistent spread (``NoiseFloor.fleet_sigma``, each worker left out of its own
+    # reference, read from 17 workers) it is 3.7 sigma out, under the bar for 18 workers (4.4):
+    # nothing is named now (docs/ACCURACY.md, "Held-out set 5").
     o = _outcome("healthy-noisy-8")
-    assert [g[:3] for g in o.got] == [("faulty-machine", 0.566, [36])]
+    assert o.got == [] and o.top1_ok and not o.false_machine_or_gc
 
 
 @pytest.mark.parametrize(
@@ -121,3 +141,80 @@ def test_a_slice_of_set_3_at_its_second_look_figures() -> None:
     assert s["top1_clear_right"] == s["clear_jobs"] == 19, s["misses"]
     assert s["multi_cause_found"] == "6 of 7", s["misses"]
     assert s["healthy_jobs"] == 3 and s["healthy_with_faulty_or_gc"] == 0
+
+
+# --- the set-5 round: rules changed on set 4's second look and the tuning companion (tune5) -------
+
+
+def _outcome_of(which: int | str, name: str) -> heldout3.H3Outcome:
+    case = {c.name: c for c in heldout3.set3_cases(which)}[name]
+    job = generate(case.spec, case.cost)
+    return heldout3.score(case, job, diagnose(job.trace))
+
+
+@pytest.mark.parametrize(
+    ("which", "name"),
+    [
+        # two workers stopped for the same time in the one paused step of a 3-step window (under
+        # PAIR_STALL_STEPS): one stall of the job, no GC pause (gc_pause.PAIR_STALL_SAME_LENGTH)
+        (4, "job-stall-10"),
+        ("tune5", "job-stall-small-3"),  # under +-29% step noise
+        ("tune5", "job-stall-small-10"),
+        # dp 1 x pp 8, op sigma 7%: a 2% "onset" on a floor of 0.5% (no peer pair to read the noise
+        # from); the successive-step spread of each stage against the others reads it
+        ("tune5", "healthy-noisy-5"),
+    ],
+)
+def test_set5_round_healthy_and_stalled_jobs_name_no_machine_or_gc(which: int | str, name: str) -> None:
+    o = _outcome_of(which, name)
+    assert o.healthy and o.top1_ok and not o.false_machine_or_gc, o.got
+
+
+def test_set5_round_a_heavier_middle_stage_of_few_layers_is_the_partition() -> None:
+    # one DP rank, layers [3, 4, 7, 3]: the end stages carry the embedding and the head, so their
+    # compute per layer runs a third over a middle stage's; the heavy stage's ran 25% *under* theirs
+    # and the partition test (within 15% either way) refused it, so it was named faulty-machine.
+    o = _outcome_of("tune5", "stage-layers-2")
+    assert [g[:3] for g in o.got] == [("stage-imbalance", 0.99, [8])]
+
+
+def test_successive_step_spread_reads_a_pairs_noise_and_ignores_a_persistent_or_onset_shift() -> None:
+    from diagnosers.detectors.peers import MIN_SIGMA, successive_step_spread
+
+    rng = np.random.default_rng(5)
+    noisy = np.exp(rng.normal(0.0, 0.2, (40, 2, 1)))
+    # a pair's log ratio moves by sqrt(2) x 0.2 from step to step
+    assert successive_step_spread(noisy) == pytest.approx(0.2 * np.sqrt(2.0), rel=0.25)
+    flat = np.ones((8, 2, 1))
+    flat[:, 1, 0] = 1.5  # persistently 1.5x: no step noise at all
+    assert successive_step_spread(flat) == MIN_SIGMA
+    flat[4:, 1, 0] = 3.0  # an onset moves the ratio once: the median of the differences passes over it
+    assert successive_step_spread(flat) == MIN_SIGMA
+    assert successive_step_spread(np.ones((2, 2, 1))) == MIN_SIGMA  # two steps: nothing to read
+
+
+def test_fleet_sigma_is_the_workers_spread_less_step_noise_and_needs_eight_workers() -> None:
+    from diagnosers.detectors.peers import NoiseFloor
+
+    # typical ratios spread 1.5%; a 2% step floor over 16 steps (read 0.92 of the per-step sigma by
+    # the MAD around each worker's median) gives a typical 0.68% of it
+    f = NoiseFloor(step=0.02, worker=0.015, n_steps=16, n_workers=17)
+    step_typical = 0.02 / (1.0 - 1.25 / 16) * 1.25 / 4
+    assert f.fleet_sigma() == pytest.approx(np.sqrt(0.015**2 - step_typical**2))
+    assert NoiseFloor(step=0.2, worker=0.01, n_steps=4, n_workers=17).fleet_sigma() == 0.0  # all step noise
+    # a spread only 1.3x what step noise gives it: the MAD's own sampling error, no fleet spread
+    assert NoiseFloor(step=0.1523, worker=0.17, n_steps=4, n_workers=11).fleet_sigma() == 0.0
+    # too few workers to read a spread from
+    assert NoiseFloor(step=0.02, worker=0.015, n_steps=16, n_workers=7).fleet_sigma() == 0.0
+
+
+def test_a_slice_of_set_5_at_its_figures() -> None:
+    # set 5 was run once at the end of its round (docs/ACCURACY.md, "Held-out set 5"); the first job
+    # of every family and mix group, with the rules as they are now: every clear job right but
+    # slow-nic-0 (a slow host NIC at dp 1 x pp 8 whose S is 0.98 against the generator's 1.30: the
+    # method's S does not see it), no machine or GC on the healthy and stalled ones
+    outcomes = heldout3.run(heldout3.subset(1, 5))
+    s = heldout3.summarize(outcomes)
+    assert s["jobs"] == 22
+    assert [m.split(":")[0] for m in s["misses"]] == ["slow-nic-0"], s["misses"]  # type: ignore[union-attr]
+    assert s["healthy_jobs"] == 6 and s["healthy_with_faulty_or_gc"] == 0

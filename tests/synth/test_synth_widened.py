@@ -82,3 +82,21 @@ def test_multi_cause_labels_carry_each_effect_alone_and_marginal() -> None:
         assert 1.0 < lab.marginal_slowdown <= job.true_slowdown
     alone = generate(spec.model_copy(update={"scenarios": [S.FAULTY_MACHINE]}))
     assert job.labels.causes[1].slowdown_alone == pytest.approx(alone.true_slowdown, abs=1e-3)
+
+
+def test_a_mildly_slower_healthy_gpu_is_slower_unlabelled_and_draws_nothing_else() -> None:
+    # CostModel.mild_worker: one healthy GPU 3% slower (a fleet's spread, no fault): its compute is
+    # 3% over what the same draw gives without it, every other op is the same, and nothing is labelled.
+    spec = ScenarioSpec(dp=3, pp=2, steps=3, seed=11)
+    plain = generate(spec)
+    mild = generate(spec, CostModel(mild_worker=(2, 1), mild_factor=1.03))
+    assert not mild.labels.causes
+    a, b = _compute_by_step(plain, 3, 2), _compute_by_step(mild, 3, 2)
+    assert np.allclose(b[:, 2, 1] / a[:, 2, 1], 1.03)
+    other = np.ones((3, 2), dtype=bool)
+    other[2, 1] = False
+    assert np.allclose(b[:, other], a[:, other])
+    # a cost model without it dumps as it always did (the held-out lists' fingerprints hold)
+    assert "mild" not in CostModel().model_dump_json()
+    with pytest.raises(ValueError, match="mild_worker"):
+        generate(spec, CostModel(mild_worker=(3, 0), mild_factor=1.02))
