@@ -103,3 +103,15 @@ def test_a_link_long_only_in_its_waits_is_no_slow_link() -> None:
     assert _causes(folder) == [(CauseId.STAGE_IMBALANCE, [4, 5])]
     # a slow send's link keeps its finding, its floor 1.7x its peer's (heldout9 send-delay-2x3)
     assert _causes(widened_folder("heldout9", "send-delay-2x3"))[0] == (CauseId.SLOW_COMMUNICATION, [0, 2])
+
+
+def test_an_outlier_worker_under_the_decomposition_threshold_is_not_silent() -> None:
+    # heldout10 onset-2x4: 20 ms on rank 3 (dp 1, stage 1) from step 4; S = 1.022, under the
+    # threshold (1.03) where no detector judges anything, but S_w names rank 3 at 1.105, 14 robust
+    # sigma above the others: reported as an outlier worker from step 4 on, at low confidence
+    dg = diagnose(_trace(widened_folder("heldout10", "onset-2x4")))
+    assert dg.slowdown < 1.03
+    assert [(c.id, c.location.ranks) for c in dg.causes] == [(CauseId.FAULTY_MACHINE, [3])]
+    top = dg.causes[0]
+    assert top.evidence["signature"] == "outlier-worker" and top.evidence["onset_step"] == 4
+    assert top.confidence < 0.3 and "No straggler found" not in dg.summary
