@@ -1,8 +1,9 @@
 """Ninth round on real recordings (docs/ACCURACY.md, "Ninth round"): an outlier worker inside a
-stage imbalance's row is reported beside it (``faulty_machine.outlier_in_row``), and a PP link whose
-fastest lone sends are as fast as its peer links' carries nothing (``slow_communication.floor_normal``).
-Each rule is pinned on the seen recordings that needed it, and the row rule is checked against every
-seen healthy recording."""
+stage imbalance's row is reported beside it (``faulty_machine.outlier_in_row``), a PP link whose
+fastest lone sends are as fast as its peer links' carries nothing (``slow_communication.floor_normal``),
+and an outlier worker far outside the others is judged under the decomposition threshold too
+(``faulty_machine.outlier_worker``). Each rule is pinned on the seen recordings that needed it, and
+the row rule is checked against every seen healthy recording."""
 
 from __future__ import annotations
 
