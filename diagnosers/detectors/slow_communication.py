@@ -508,6 +508,39 @@ def transient(
     return out
 
 
+def floor_normal(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    batch: npt.NDArray[np.int64], scored: Candidates,
+) -> list[bool]:
+    """Per candidate: whether it is a PP link whose send floor (``send_floors``) in each direction
+    is under ``FAR_END`` times the median of its peer links' (the other DP ranks' links between the
+    same two stages); False for other candidates and where a direction has no floor or no peer.
+
+    A slow link (or a sender stalled in every send) adds its time to every transfer, its fastest
+    lone sends too; a busy host's descheduled processes lengthen some transfers, never the fastest.
+    Real recordings: the injected send delays' links have floors 1.7-40x their peers'; a healthy
+    2x3 job's link that stood out of its peer link by its mean (0.45 s of excess, 57% of the
+    slowdown removed by idealising it) has floors 1.02x and 0.98x its peer's."""
+    floors = send_floors(stats, transfer, link, alone_in_call(batch))
+    out = []
+    for name, cells, _ in scored:
+        if not name.startswith("pp link") or stats.dp < 2:
+            out.append(False)
+            continue
+        d, s = cells[0]
+        normal = True
+        for k in range(2):
+            col = floors[k, :, s]
+            peers = np.delete(col, d)
+            peers = peers[np.isfinite(peers)]
+            if not np.isfinite(col[d]) or not peers.size:
+                normal = False
+                break
+            normal &= bool(col[d] < FAR_END * float(median(peers)))
+        out.append(normal)
+    return out
+
+
 @dataclass(frozen=True)
 class FloorCandidate:
     """A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``).
@@ -805,6 +838,12 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # member descheduled, or one burst on the wire), not a slow link or group: it carries nothing.
     stalls = transient(stats, probe.original, base, scored)
     shares = [0.0 if t else v for v, t in zip(shares, stalls, strict=True)]
+    # A PP link whose fastest lone sends, both ways, are as fast as its peer links' holds waits and
+    # pauses in its long transfers, not a slow wire (``floor_normal``): it carries nothing, and a
+    # job-wide finding that is mostly its time is not one either.
+    waits = floor_normal(stats, probe.original, links[1], batch, scored)
+    held_by_waits = max((v for v, w in zip(shares, waits, strict=True) if w), default=0.0)
+    shares = [0.0 if w else v for v, w in zip(shares, waits, strict=True)]
     # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
     # is tested on the constant it adds to every transfer: its own share of the slowdown
     # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
@@ -876,6 +915,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # recordings: a healthy 4x2 job with 62% of its excess transfer time in one step of four).
         if transient(stats, probe.original, base, [("all communication", [], is_comm)])[0]:
             return None
+        if held_by_waits >= 0.5 * share_comm:
+            return None  # most of it one link's waits (``floor_normal``), as for the link itself
         share = share_comm
         spatial = Spatial.JOB_WIDE
         loc = stats.location([(r, s) for r in range(stats.dp) for s in range(stats.pp)])

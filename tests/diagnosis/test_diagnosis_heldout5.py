@@ -29,7 +29,10 @@ from tests._support.recorded import widened_folder, widened_part_score  # noqa: 
 MISSED = {
     "send-delay-4x2": ("faulty-machine", [1]),  # 12 ms in rank 2's sends, its link 1.65x its peers'
     "slow-rank-2x4": ("none", []),  # 12 ms at DP 2; S = 1.026, under the decomposition threshold
-    "slow-rank-weak-4x2": ("slow-communication", [1, 5]),  # 3 ms (about 1.3x) at DP 4
+    # 3 ms (about 1.3x) at DP 4: a false slow link on ranks 1 and 5 until the ninth round, whose
+    # send-floor rule drops that link (its fastest lone sends are its peers'); now no cause, S_w's
+    # hottest (rank 5) 2.2 robust sigma above the others, under the outlier finding's bar 2.5
+    "slow-rank-weak-4x2": ("none", []),
 }
 
 
@@ -38,11 +41,12 @@ def test_the_fifth_held_out_part_keeps_its_second_look_figure() -> None:
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 14
     assert [(g[0], list(g[2])) for g in scored["send-delay-4x2"].got][1] == ("slow-communication", [2, 6])
-    # the three healthy recordings name no cause at all; nothing is silent
+    # the three healthy recordings name no cause at all
     healthy = [s for s in scored.values() if s.healthy]
     assert len(healthy) == 3 and all(not s.got for s in healthy)
     assert not any(s.false_machine_or_gc for s in healthy)
-    assert not any(s.silent_miss for s in scored.values())
+    # nothing is silent but that weak slow rank (inside the noise: see MISSED)
+    assert [n for n, s in scored.items() if s.silent_miss] == ["slow-rank-weak-4x2"]
     # the right ones of each shape, the weak 1.4x slow rank and both onsets among them
     assert scored["slow-rank-weak-3x2"].right and scored["onset-2x4"].right and scored["onset-3x2"].right
     assert scored["slow-rank-2x3"].right

@@ -21,7 +21,9 @@ from tests._support.recorded import widened_part_score
 MISSED = {
     "onset-2x3": ("none", []),  # 15 ms on rank 4 from step 5: under the noise floor
     "send-delay-2x4": ("faulty-machine", [7]),  # 15 ms in rank 2's sends; an untouched last-stage rank
-    "slow-rank-2x4": ("stage-imbalance", [6, 7]),  # 10 ms on rank 7: the standing last-stage load
+    # 10 ms on rank 7: the standing last-stage load first; since the ninth round rank 7 beside it
+    # (an outlier in the row, read as an onset): right with the standing load
+    "slow-rank-2x4": ("stage-imbalance", [6, 7]),
     "slow-rank-weak-2x4": ("none", []),  # 4 ms on rank 3 (middle stage, DP 2): under the floor
     "slow-rank-weak-4x2": ("stage-imbalance", [4, 5, 6, 7]),  # 5 ms on rank 6 (last stage)
 }
@@ -31,7 +33,8 @@ def test_the_sixth_held_out_part_keeps_its_second_look_figure() -> None:
     scored, _got, missed = widened_part_score("heldout6", 14)
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 9
-    assert sum(s.right_standing for s in scored.values()) == 10
+    assert sum(s.right_standing for s in scored.values()) == 11  # 10 before the ninth round
+    assert scored["slow-rank-2x4"].right_standing
     # the two healthy recordings name no cause at all
     healthy = [s for s in scored.values() if s.healthy]
     assert len(healthy) == 2 and all(not s.got for s in healthy)

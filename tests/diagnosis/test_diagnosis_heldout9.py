@@ -11,33 +11,31 @@ from __future__ import annotations
 
 from tests._support.recorded import widened_part_score
 
-# The figure of the one run: 11 of 13 (the round's starting tree gets the same 11, with the same
-# diagnoses: neither of the round's rules acts on this part). The misses: (top cause, its ranks)
+# The figure of the one run: 11 of 13 (docs/ACCURACY.md, "Eighth round"; the misses were
+# healthy-2x3, a false slow link on ranks 3 and 5, and slow-rank-last-3x2, only the last stage's
+# load). Pinned here now is the second look after the ninth round's rules (seen data, not a fresh
+# figure): 12 of 13 strict, 13 of 13 with the standing load. The one left: (top cause, its ranks)
 # as diagnosed.
 MISSED = {
-    # nothing injected: the PP link of DP rank 1 between stages 1 and 2 stands out of its peer
-    # link (``stands_out``), idealising every transfer removes 58% of the slowdown against
-    # compute's 28%, the link alone 57%: a false slow link (no faulty machine, no GC)
-    "healthy-2x3": ("slow-communication", [3, 5]),
-    # 10 ms on rank 4 (dp 1, last stage, DP 3): S_w's hottest by far (25 robust sigma), its compute
-    # 1.22-1.62x its peers' in every step, but its speed factor 4.4 sigma out of the others' (the
-    # bar is 5), with its optimizer (2.8x, step floor 68%) 3.5 and with its fastest ops (z 2.0)
-    # 2.8 (the joint bar is 3.9); only the last stage's imbalance (the example's standing load,
-    # the slow rank in it) is named
+    # 10 ms on rank 4 (dp 1, last stage, DP 3): the last stage's standing load first (the slow rank
+    # in it, marginal gain 1.171), then rank 4 as an outlier worker beside it (1.169):
+    # right with the standing load, not strict
     "slow-rank-last-3x2": ("stage-imbalance", [3, 4, 5]),
 }
 
 
-def test_the_ninth_held_out_part_keeps_its_run_once_figure() -> None:
+def test_the_ninth_held_out_part_keeps_its_second_look() -> None:
     scored, got, missed = widened_part_score("heldout9", 13)
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 11
-    assert sum(s.right_standing for s in scored.values()) == 11
-    # the healthy recordings name no faulty machine and no GC; healthy-3x3 and healthy-4x2 only the
-    # example's standing last-stage load
+    assert sum(s.right for s in scored.values()) == 12
+    assert sum(s.right_standing for s in scored.values()) == 13
+    assert scored["slow-rank-last-3x2"].got[1][:1] == ("faulty-machine",)
+    assert list(scored["slow-rank-last-3x2"].got[1][2]) == [4]
+    # the healthy recordings name no faulty machine and no GC; each only the example's standing
+    # last-stage load
     healthy = [s for s in scored.values() if s.healthy]
     assert len(healthy) == 3 and not any(s.false_machine_or_gc for s in healthy)
-    for name in ("healthy-3x3", "healthy-4x2"):
+    for name in ("healthy-2x3", "healthy-3x3", "healthy-4x2"):
         assert [g[0] for g in scored[name].got] == ["stage-imbalance"], name
     # no silent miss
     assert not any(s.silent_miss for s in scored.values())

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout9 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout10 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -161,3 +161,17 @@ rec heldout9 healthy-3x3            --dp 3 --pp 3 --steps 6 --seed 310
 rec heldout9 gc-pause-2x4           --dp 2 --pp 4 --steps 6 --seed 311 --gc-pause
 rec heldout9 dataloader-stall-3x2   --dp 3 --pp 2 --steps 6 --seed 312 --stall-rank 5 --stall-ms 80
 rec heldout9 onset-2x3              --dp 2 --pp 3 --steps 8 --seed 313 --slow-rank 2 --slow-ms 15 --slow-from-step 4
+# --- held out, tenth set (a balanced sample of the classes; recorded and committed before the ninth round's detector changes were committed; diagnosed once, at its end) ---
+rec heldout10 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 601
+rec heldout10 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 602 --slow-rank 1 --slow-ms 12
+rec heldout10 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 603 --layers-per-stage 1,1,2,1
+rec heldout10 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 604
+rec heldout10 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 605 --slow-rank 2 --slow-ms 10
+rec heldout10 send-delay-3x2        --dp 3 --pp 2 --steps 6 --seed 606 --send-delay-rank 0 --send-delay-ms 15
+rec heldout10 slow-rank-last-3x2    --dp 3 --pp 2 --steps 6 --seed 607 --slow-rank 5 --slow-ms 10
+rec heldout10 onset-2x4             --dp 2 --pp 4 --steps 8 --seed 608 --slow-rank 3 --slow-ms 20 --slow-from-step 4
+rec heldout10 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 609
+rec heldout10 var-seq-2x3           --dp 2 --pp 3 --steps 6 --seed 610 --var-seq --seq 64
+rec heldout10 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 611 --slow-rank 2 --slow-ms 10
+rec heldout10 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 612 --gc-pause
+rec heldout10 dataloader-stall-2x4  --dp 2 --pp 4 --steps 6 --seed 613 --stall-rank 6 --stall-ms 80
