@@ -42,7 +42,8 @@ PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2"
          "heldout3": "kineto_plain_heldout3", "heldout4": "kineto_plain_heldout4",
          "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
          "heldout7": "kineto_plain_heldout7", "heldout8": "kineto_plain_heldout8",
-         "heldout9": "kineto_plain_heldout9", "heldout10": "kineto_plain_heldout10", "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
+         "heldout9": "kineto_plain_heldout9", "heldout10": "kineto_plain_heldout10",
+         "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
