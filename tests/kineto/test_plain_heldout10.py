@@ -53,7 +53,8 @@ def test_the_healthy_job_named_slow_communication_has_long_transfers_in_most_ste
     per = np.zeros((stats.n_steps, stats.dp))
     np.add.at(per, (stats.op_step_index[comm], stats.op_dp[comm]), stats.transfer[comm])
     # the earliest member's transfer time per step (a joint collective completes for both at once)
-    # is over 10 ms in four of the six steps, against 8-9 ms in the ninth part's healthy twin
+    # is over 10 ms in five of the six steps here (at least four asked), against 8-9 ms in every
+    # step of the ninth part's healthy 2-rank DDP job (after its noise view)
     assert int((per.min(axis=1) > 0.010).sum()) >= 4
 
 
