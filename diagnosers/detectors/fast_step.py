@@ -255,7 +255,8 @@ class FastPosition:
     forward segment position, its fastest step there over its peers' fastest there (a ratio),
     that step over the median of every peer step there, the peers' spread of their fastest there
     (log units, None with one peer) and the factor's z over it, and its and its widest peer's
-    spread over the steps there (:func:`log_spread`, the peers' floored at ``FAST_MIN_SIGMA``)."""
+    spread over the steps there (:func:`log_spread`, the peers' floored at ``FAST_MIN_SIGMA``), and
+    ``positions``: how many segment positions the job's forward has (1: one segment, as DDP's)."""
 
     cell: tuple[int, int]
     position: int
