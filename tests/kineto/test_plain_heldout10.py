@@ -1,0 +1,66 @@
+"""The run-once figure of the tenth held-out part of the plain PyTorch recordings
+(``tests/data/kineto_plain_heldout10``, a balanced sample recorded and committed before the
+far-forward round's rule changes; docs/ACCURACY.md, "Tenth held-out part"): which recordings the
+kernel-level diagnosis gets right (top cause and its ranks against ``injections.json``).
+
+Pins the figure written in the docs, both ways: a rule change that loses a recording fails here,
+and one that gains a missed one fails too, so the figure in the docs is updated with it (and then
+stated as a second look, since this part is seen data after its one run)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosers.detectors import compute_stats
+from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.readers import load_trace
+from diagnosers.transport_noise import detection_view
+from diagnosers.whatif import analyze, build_engine
+from tests._support.recorded import DATA, plain_part_score, view_stats
+
+PART = DATA / "kineto_plain_heldout10"
+
+# The figure of the one run: 11 of 13. A healthy 2-rank DDP job whose gradient all-reduces ran long
+# after both members arrived in most steps (recorded at load 13.4), named slow communication; and a
+# 100 ms input stall on the last rank of a 4-rank FSDP2 job whose steps ran 0.33-0.87 s, too small
+# a share of the lost time for the stall finding.
+MISSED: dict[str, tuple[str, list[int]]] = {
+    "ddp-healthy-2rank": ("slow-communication", [0, 1]),
+    "fsdp-stall-4rank": ("none", []),
+}
+
+
+def test_the_tenth_held_out_part_keeps_its_run_once_figure() -> None:
+    right, missed = plain_part_score("kineto_plain_heldout10", 13)
+    assert missed == MISSED
+    assert len(right) == 11
+    # three of four healthy jobs name no cause (FSDP2 of 2 and 3 ranks, DDP of 4), every slow rank
+    # (the 8 ms one and both FSDP2 ones among them), both GC jobs (one a lone collection), one stall
+    assert {"ddp-healthy-4rank", "fsdp-healthy-2rank", "fsdp-healthy-3rank", "ddp-gc-3rank",
+            "fsdp-gc-2rank", "ddp-stall-2rank"} <= right
+    assert {n for n in right if "-slow-" in n} == {"ddp-slow-2rank", "ddp-slow-3rank", "ddp-slow-4rank",
+                                                  "fsdp-slow-2rank", "fsdp-slow-3rank"}
+
+
+def test_the_healthy_job_named_slow_communication_has_long_transfers_in_most_steps() -> None:
+    folder = PART / "ddp-healthy-2rank"
+    trace = load_trace([folder / "traces"])
+    eng = build_engine(trace)
+    # its transfers are no transient noise: no detection view is made
+    assert detection_view(trace, eng, analyze(trace, engine=eng)) is None
+    stats = compute_stats(trace, eng)
+    comm = ~np.isin(stats.optype, [FWD, BWD])
+    per = np.zeros((stats.n_steps, stats.dp))
+    np.add.at(per, (stats.op_step_index[comm], stats.op_dp[comm]), stats.transfer[comm])
+    # the earliest member's transfer time per step (a joint collective completes for both at once)
+    # is over 10 ms in five of the six steps here (at least four asked), against 8-9 ms in every
+    # step of the ninth part's healthy 2-rank DDP job (after its noise view)
+    assert int((per.min(axis=1) > 0.010).sum()) >= 4
+
+
+def test_the_missed_stall_is_a_small_part_of_long_steps() -> None:
+    stats = view_stats(PART / "fsdp-stall-4rank")
+    i = int(np.flatnonzero(stats.steps == 6)[0])
+    idle = stats.launch_idle[:, :, 0]
+    assert idle[i, 3] > 0.1 and idle.sum() == idle[i, 3]  # 104 ms on rank 3 at step 6, no other
+    assert stats.step_time.min() > 3 * idle[i, 3]  # every step 0.33-0.87 s
