@@ -42,7 +42,8 @@ def _hot_cells(match: CauseMatch) -> list[tuple[int, int]]:
 def worker_at_peer_pace(stats: TraceStats, probe: Probe, cells: Sequence[tuple[int, int]]) -> Arr:
     """Original durations with each cell's compute divided by its persistent speed factor (median
     over steps of its compute over its stage peers' median), when that factor is above 1."""
-    from diagnosers.detectors.faulty_machine import compute_mask, compute_ratios
+    from diagnosers.detectors.faulty_machine import compute_ratios
+    from diagnosers.detectors.worker_cost import compute_mask
 
     d = probe.original.copy()
     cl = list(cells)

@@ -68,9 +68,9 @@ import numpy as np
 import numpy.typing as npt
 
 from diagnosers.detectors.base import MIN_SHARE, CauseMatch, TraceStats, categories_for, confidence, rounded
-from diagnosers.detectors.faulty_machine import _shares, optimizer_ratio
 from diagnosers.detectors.registry import register_fallback
 from diagnosers.detectors.stats import BWD, FWD
+from diagnosers.detectors.worker_cost import optimizer_ratio, worker_shares
 from diagnosers.heatmap import worker_matrix
 from diagnosers.npplain import median
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -371,7 +371,7 @@ def fast_step_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         form = "one-position"
         if pos.cell != c.cell:  # the whole-pass measurements of the worker the position names
             c = fast_step_candidate(stats, pos.cell) or c
-    share, compute_share = _shares(stats, report, [c.cell])
+    share, compute_share = worker_shares(stats, report, [c.cell])
     if compute_share < MIN_SHARE:
         return None
     return _fast_match(report, stats, c, form, share, compute_share, pos)

@@ -47,6 +47,7 @@ from diagnosers.detectors.base import (
     host_cluster,
     rounded,
 )
+from diagnosers.detectors.fast_step import starved_not_slow
 from diagnosers.detectors.peers import (
     JOINT_CLIP,
     ChangePoint,
@@ -64,7 +65,8 @@ from diagnosers.detectors.peers import (
 )
 from diagnosers.detectors.registry import register, register_beside, register_fallback
 from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
-from diagnosers.detectors.stats import BWD, FWD, OPT, OUTLIER_REL
+from diagnosers.detectors.stats import BWD, FWD, OUTLIER_REL
+from diagnosers.detectors.worker_cost import optimizer_ratio, worker_shares
 from diagnosers.heatmap import worker_matrix
 from diagnosers.npplain import median, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -518,11 +520,6 @@ def joint_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: n
     return float(parts.sum() / joint_scale(2, floor.joint_rho))
 
 
-def compute_mask(stats: TraceStats, cells: list[tuple[int, int]]) -> np.ndarray:
-    """Compute ops (forward, backward, optimizer) of the given workers."""
-    is_compute = stats.of_types([FWD, BWD, OPT])
-    return stats.worker_mask(cells) & is_compute
-
 
 def consistently_slow(
     stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
@@ -593,19 +590,6 @@ def lengths_vary(stats: TraceStats) -> bool:
     coherence, z = microbatch_coherence(stats)
     return coherence >= COHERENCE and z >= COHERENCE_Z
 
-
-def optimizer_ratio(
-    stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray | None = None
-) -> float | None:
-    """Median over the ``affected`` steps of the cells' optimizer time over their peers' (the cells
-    left out; None without optimizer ops). The median, because on a busy host one descheduled
-    optimizer step can be ten times its peers'."""
-    if not (stats.optimizer > 0).any():
-        return None
-    opt = stats.optimizer if affected is None else stats.optimizer[affected]
-    ref = peer_reference(opt, cells)
-    vals = [float(median(opt[:, d, p] / np.maximum(ref[:, p], 1e-12))) for d, p in cells]
-    return float(np.mean(vals)) if vals else None
 
 
 def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
@@ -787,38 +771,16 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # Only forwards and backwards slow (the optimizer normal) in a job whose microbatches carry
         # their own cost: that is what longer data does; it is no evidence for the hardware.
         return None
-    from diagnosers.detectors.fast_step import starved_not_slow  # it imports this module
-
     if starved_not_slow(stats, cells):
         # kernel-level: a process descheduled sporadically, its best step not slow (fast_step.py)
         return None
-    share, compute_share = _shares(stats, report, cells)
+    share, compute_share = worker_shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
         return None
     return _match(report, stats, cells, hosts, rows, whole_rows, persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor, affected if is_onset else None)
 
-
-def _shares(stats: TraceStats, report: Report, cells: list[tuple[int, int]]) -> tuple[float, float]:
-    """(share of the slowdown removed by idealising the cells' ops, the same for their compute):
-    the larger of the ``rem`` and ``add`` views (M_W without a probe)."""
-    masks = [stats.worker_mask(cells), compute_mask(stats, cells)]
-    if stats.probe is None:
-        mw = report.m_w if report.m_w is not None else 0.0
-        return mw, mw
-    probe = stats.probe
-    gap = probe.t_orig - probe.t_ideal
-    if gap <= 1e-12 * max(probe.t_orig, 1e-12):
-        return 0.0, 0.0
-    # The ``add`` view too (put only these workers' compute back into the ideal run): with
-    # batched P2P (interleaved 1F1B) or a second cause on the critical path, idealising the
-    # machine alone leaves the others' waits in place and under-states what it costs. The three
-    # scenarios in one batch of runs.
-    t_rem, t_rem_compute, t_add = probe.mixed_means([masks[0], masks[1], masks[1]], [True, True, False])
-    share, compute_share = float((probe.t_orig - t_rem) / gap), float((probe.t_orig - t_rem_compute) / gap)
-    added = float((t_add - probe.t_ideal) / gap)
-    return max(share, added), max(compute_share, added)
 
 
 def _match(
@@ -982,7 +944,7 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     z = outlier_z(stats, [cell], affected, floor)
     if z < bar:
         return None
-    share, compute_share = _shares(stats, report, [cell])
+    share, compute_share = worker_shares(stats, report, [cell])
     if compute_share < MIN_SHARE:
         return None
     peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])[affected]))
@@ -1030,7 +992,7 @@ def _fast_op_outlier(
     per_step = peer_ratio(fast, cell)
     if float(per_step.min()) < FAST_OUTLIER_STEP or lengths_vary(stats):
         return None
-    share, compute_share = _shares(stats, report, [cell])
+    share, compute_share = worker_shares(stats, report, [cell])
     if compute_share < MIN_SHARE:
         return None
     floor = job_floor(stats, [cell])

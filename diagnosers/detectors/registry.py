@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from diagnosers.detectors.base import CauseMatch, TraceStats
 from diagnosers.vocab import CauseId
@@ -24,6 +24,7 @@ FALLBACKS: list[Detector] = []
 # Findings tried beside the matches (a worker that the matched causes do not explain); each gets the
 # matches found so far and returns one more, or None.
 Beside = Callable[["Report", TraceStats, list[CauseMatch]], CauseMatch | None]
+_F = TypeVar("_F", Detector, Beside)
 BESIDE: list[Beside] = []
 
 # The cause modules, imported on first use so that importing the registry stays cheap.
@@ -34,7 +35,7 @@ DETECTOR_MODULES: tuple[str, ...] = (
     "gc_pause",
     "slow_communication",
     "dataloader",
-    "fast_step",  # a fallback only: after faulty_machine's (its outlier-worker finding first)
+    "fast_step",  # a fallback only: after faulty_machine's (``_in_module_order``: its outlier-worker first)
 )
 
 
@@ -67,6 +68,13 @@ def all_detectors() -> dict[CauseId, Detector]:
     return dict(DETECTORS)
 
 
+def _in_module_order(fns: list[_F]) -> list[_F]:
+    """``fns`` in the order of their modules in ``DETECTOR_MODULES`` (registration order within a
+    module): which finding is tried first must not hang on which module happened to import which."""
+    rank = {name: i for i, name in enumerate(DETECTOR_MODULES)}
+    return sorted(fns, key=lambda fn: rank.get(fn.__module__.rsplit(".", 1)[-1], len(rank)))
+
+
 def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
     """Run every detector; matches sorted by confidence, highest first (ties: cause id order).
     With no match, the first fallback finding that holds (``register_fallback``: the
@@ -75,13 +83,13 @@ def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
     matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
     if not matches:
         # Never silent while one worker stands out of the job's noise: report it as what it is.
-        for fallback in FALLBACKS:
+        for fallback in _in_module_order(FALLBACKS):
             found = fallback(report, stats)
             if found is not None:
                 matches = [found]
                 break
     else:
-        for beside in BESIDE:
+        for beside in _in_module_order(BESIDE):
             found = beside(report, stats, matches)
             if found is not None:
                 matches = [*matches, found]
