@@ -12,7 +12,8 @@ from typing import Any
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.base import TraceStats
 from diagnosers.diagnose import diagnose
-from diagnosers.readers import load_trace
+from diagnosers.model import Trace
+from diagnosers.readers import ReadOptions, load_trace
 from diagnosers.transport_noise import detection_view
 from diagnosers.whatif import analyze, build_engine
 
@@ -25,6 +26,36 @@ def widened_folder(part: str, name: str) -> Path:
     f = WIDENED / part / name
     assert (f / "injections.json").is_file(), f"missing recording {f}"
     return f
+
+
+def widened_trace(folder: Path) -> Trace:
+    """The recording's traces, read with its ``layers_per_stage`` when the recorder set one."""
+    lps = truth(folder).get("layers_per_stage")
+    opts = ReadOptions(layers_per_stage=[int(x) for x in lps]) if isinstance(lps, list) and lps else None
+    return load_trace([folder / "traces"], opts)
+
+
+def widened_stats(folder: Path) -> TraceStats:
+    """The detectors' statistics of the recording (``widened_trace``) with its what-if engine."""
+    trace = widened_trace(folder)
+    return compute_stats(trace, build_engine(trace))
+
+
+def widened_healthy(part: str) -> list[Path]:
+    """The recordings of ``part`` with nothing injected: no slow rank, send delay, stall, varied
+    lengths or GC victims, and an even partition."""
+    out = []
+    for f in sorted((WIDENED / part).iterdir()):
+        if not (f / "injections.json").is_file():
+            continue
+        inj = truth(f)
+        injected = any(inj.get(k) is not None for k in ("slow_rank", "send_delay_rank", "stall_rank"))
+        injected = injected or bool(inj.get("var_seq")) or bool(inj.get("gc_victims"))
+        layers = inj.get("layers_per_stage")
+        even = not isinstance(layers, list) or len(set(layers or [1])) == 1
+        if not injected and even:
+            out.append(f)
+    return out
 
 
 def truth(folder: Path) -> dict[str, object]:

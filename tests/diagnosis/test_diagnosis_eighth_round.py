@@ -6,48 +6,32 @@ that needed it, and the fast-op finding is checked against every seen healthy re
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from diagnosers import whatif
 from diagnosers.detectors import compute_stats, faulty_machine, slow_communication
-from diagnosers.detectors.base import TraceStats
 from diagnosers.detectors.peers import peer_ratio
 from diagnosers.diagnose import diagnose
 from diagnosers.heatmap import worker_matrix
-from diagnosers.readers import ReadOptions, load_trace
 from diagnosers.report_view import ReportView
 from diagnosers.vocab import CauseId
-from tests._support.recorded import WIDENED, widened_folder
+from tests._support.recorded import widened_folder, widened_healthy, widened_stats, widened_trace
 
 SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
-
-
-def _trace(folder: Path):  # type: ignore[no-untyped-def]
-    inj = json.loads((folder / "injections.json").read_text())
-    lps = inj.get("layers_per_stage")
-    return load_trace([folder / "traces"], ReadOptions(layers_per_stage=list(lps)) if lps else None)
-
-
-def _stats(folder: Path) -> TraceStats:
-    trace = _trace(folder)
-    return compute_stats(trace, whatif.build_engine(trace))
 
 
 def test_a_dp2_slow_rank_inside_the_step_noise_is_named_by_its_fastest_ops() -> None:
     # heldout8 slow-rank-2x3: 15 ms on rank 3 (dp 1, middle stage); step floor 80%, its step
     # compute at or below its peer's in three of four steps; its fastest ops 3.5x its peer's
     folder = widened_folder("heldout8", "slow-rank-2x3")
-    st = _stats(folder)
+    st = widened_stats(folder)
     cell = (1, 1)
     per_step = peer_ratio(faulty_machine.fast_op_steps(st), cell)
     assert float(per_step.min()) >= faulty_machine.FAST_OUTLIER_STEP
     every = np.ones(st.n_steps, dtype=bool)
     assert faulty_machine.fast_op_outlier_z(st, [cell], every) >= faulty_machine.OUTLIER_Z
-    dg = diagnose(_trace(folder))
+    dg = diagnose(widened_trace(folder))
     assert [(c.id, c.location.ranks) for c in dg.causes] == [(CauseId.FAULTY_MACHINE, [3])]
     top = dg.causes[0]
     assert top.evidence["signature"] == "outlier-worker"
@@ -57,24 +41,11 @@ def test_a_dp2_slow_rank_inside_the_step_noise_is_named_by_its_fastest_ops() -> 
     assert "fastest ops" in top.summary and "No straggler found" not in dg.summary
 
 
-def _healthy(part: str) -> list[Path]:
-    out = []
-    for f in sorted((WIDENED / part).iterdir()):
-        if not (f / "injections.json").is_file():
-            continue
-        inj = json.loads((f / "injections.json").read_text())
-        injected = any(inj.get(k) is not None for k in ("slow_rank", "send_delay_rank", "stall_rank"))
-        injected = injected or bool(inj.get("var_seq")) or bool(inj.get("gc_victims"))
-        if not injected and len(set(inj.get("layers_per_stage") or [1])) == 1:
-            out.append(f)
-    return out
-
-
 @pytest.mark.parametrize("part", SEEN)
 def test_no_seen_healthy_recording_passes_the_fast_op_outlier(part: str) -> None:
     # the finding's bars against the healthy jobs' own hottest workers (whatever else they get)
-    for folder in _healthy(part):
-        trace = _trace(folder)
+    for folder in widened_healthy(part):
+        trace = widened_trace(folder)
         eng = whatif.build_engine(trace)
         st = compute_stats(trace, eng)
         report = ReportView.of(whatif.report_json(trace, engine=eng), trace.meta)
@@ -87,12 +58,12 @@ def test_a_job_wide_stall_in_one_step_is_no_slow_communication() -> None:
     # heldout7 healthy-4x2: every transfer idealised removes 46% of the slowdown (compute 26%),
     # no link or group localised, and 62% of the job's excess transfer time sits in one step of four
     folder = widened_folder("heldout7", "healthy-4x2")
-    st = _stats(folder)
+    st = widened_stats(folder)
     assert st.probe is not None
     is_comm = slow_communication.comm_mask(st)
     base = slow_communication.type_baseline(st, st.probe.original, is_comm)
     assert slow_communication.transient(st, st.probe.original, base, [("all", [], is_comm)]) == [True]
-    assert diagnose(_trace(folder)).causes == []
+    assert diagnose(widened_trace(folder)).causes == []
     # a slow send spreads its excess over the steps: its link is still found (heldout7 send-delay-3x2)
-    dg = diagnose(_trace(widened_folder("heldout7", "send-delay-3x2")))
+    dg = diagnose(widened_trace(widened_folder("heldout7", "send-delay-3x2")))
     assert [(c.id, c.location.ranks) for c in dg.causes] == [(CauseId.SLOW_COMMUNICATION, [1, 4])]

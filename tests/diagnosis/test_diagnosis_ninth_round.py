@@ -7,7 +7,6 @@ the row rule is checked against every seen healthy recording."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,37 +14,25 @@ import pytest
 
 from diagnosers import whatif
 from diagnosers.detectors import compute_stats, faulty_machine, slow_communication
-from diagnosers.detectors.base import CauseMatch, TraceStats
+from diagnosers.detectors.base import CauseMatch
 from diagnosers.diagnose import diagnose
 from diagnosers.heatmap import worker_matrix
-from diagnosers.readers import ReadOptions, load_trace
 from diagnosers.report_view import ReportView
 from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
-from tests._support.recorded import WIDENED, widened_folder
+from tests._support.recorded import widened_folder, widened_healthy, widened_stats, widened_trace
 
 SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
         "heldout9")
 
 
-def _trace(folder: Path):  # type: ignore[no-untyped-def]
-    inj = json.loads((folder / "injections.json").read_text())
-    lps = inj.get("layers_per_stage")
-    return load_trace([folder / "traces"], ReadOptions(layers_per_stage=list(lps)) if lps else None)
-
-
-def _stats(folder: Path) -> TraceStats:
-    trace = _trace(folder)
-    return compute_stats(trace, whatif.build_engine(trace))
-
-
 def _causes(folder: Path) -> list[tuple[CauseId, list[int]]]:
-    return [(c.id, c.location.ranks) for c in diagnose(_trace(folder)).causes]
+    return [(c.id, c.location.ranks) for c in diagnose(widened_trace(folder)).causes]
 
 
 def test_a_slow_rank_on_the_loaded_last_stage_is_reported_beside_its_load() -> None:
     # heldout9 slow-rank-last-3x2: 10 ms on rank 4 (dp 1, last stage, DP 3); the last stage's
     # standing load is found, and rank 4's S_w excess (0.24) is 6x its stage peers' (0.03-0.04)
-    dg = diagnose(_trace(widened_folder("heldout9", "slow-rank-last-3x2")))
+    dg = diagnose(widened_trace(widened_folder("heldout9", "slow-rank-last-3x2")))
     got = [(c.id, c.location.ranks) for c in dg.causes]
     assert got == [(CauseId.STAGE_IMBALANCE, [3, 4, 5]), (CauseId.FAULTY_MACHINE, [4])]
     machine = dg.causes[1]
@@ -55,24 +42,11 @@ def test_a_slow_rank_on_the_loaded_last_stage_is_reported_beside_its_load() -> N
     assert got6 == [(CauseId.STAGE_IMBALANCE, [6, 7]), (CauseId.FAULTY_MACHINE, [7])]
 
 
-def _healthy(part: str) -> list[Path]:
-    out = []
-    for f in sorted((WIDENED / part).iterdir()):
-        if not (f / "injections.json").is_file():
-            continue
-        inj = json.loads((f / "injections.json").read_text())
-        injected = any(inj.get(k) is not None for k in ("slow_rank", "send_delay_rank", "stall_rank"))
-        injected = injected or bool(inj.get("var_seq")) or bool(inj.get("gc_victims"))
-        if not injected and len(set(inj.get("layers_per_stage") or [1])) == 1:
-            out.append(f)
-    return out
-
-
 @pytest.mark.parametrize("part", SEEN)
 def test_no_seen_healthy_recording_gets_an_outlier_beside_its_standing_load(part: str) -> None:
     # the row rule's bars against every seen healthy job, with its last stage's load as the match
-    for folder in _healthy(part):
-        trace = _trace(folder)
+    for folder in widened_healthy(part):
+        trace = widened_trace(folder)
         eng = whatif.build_engine(trace)
         st = compute_stats(trace, eng)
         report = ReportView.of(whatif.report_json(trace, engine=eng), trace.meta)
@@ -93,7 +67,7 @@ def test_a_link_long_only_in_its_waits_is_no_slow_link() -> None:
     # by its mean transfer (idealising it removes 57% of the slowdown), but its fastest lone sends
     # are its peer's, both ways: no slow communication, only the last stage's standing load
     folder = widened_folder("heldout9", "healthy-2x3")
-    st = _stats(folder)
+    st = widened_stats(folder)
     assert st.probe is not None
     link = slow_communication.p2p_links(st)[1]
     batch = slow_communication.p2p_batch_ids(st)
@@ -110,7 +84,7 @@ def test_an_outlier_worker_under_the_decomposition_threshold_is_not_silent() -> 
     # heldout10 onset-2x4: 20 ms on rank 3 (dp 1, stage 1) from step 4; S = 1.022, under the
     # threshold (1.03) where no detector judges anything, but S_w names rank 3 at 1.105, 14 robust
     # sigma above the others: reported as an outlier worker from step 4 on, at low confidence
-    dg = diagnose(_trace(widened_folder("heldout10", "onset-2x4")))
+    dg = diagnose(widened_trace(widened_folder("heldout10", "onset-2x4")))
     assert dg.slowdown < 1.03
     assert [(c.id, c.location.ranks) for c in dg.causes] == [(CauseId.FAULTY_MACHINE, [3])]
     top = dg.causes[0]
