@@ -9,13 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.base import TraceStats
 from diagnosers.diagnose import diagnose
+from diagnosers.heatmap import worker_matrix
 from diagnosers.model import Trace
 from diagnosers.readers import ReadOptions, load_trace
+from diagnosers.report_view import ReportView
 from diagnosers.transport_noise import detection_view
-from diagnosers.whatif import analyze, build_engine
+from diagnosers.whatif import analyze, build_engine, report_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 WIDENED = DATA / "kineto_widened"
@@ -39,6 +43,16 @@ def widened_stats(folder: Path) -> TraceStats:
     """The detectors' statistics of the recording (``widened_trace``) with its what-if engine."""
     trace = widened_trace(folder)
     return compute_stats(trace, build_engine(trace))
+
+
+def widened_hottest(folder: Path) -> tuple[ReportView, TraceStats, tuple[int, int]]:
+    """The recording's report, detector statistics and its hottest worker in S_w as (dp, pp)."""
+    trace = widened_trace(folder)
+    eng = build_engine(trace)
+    report = ReportView.of(report_json(trace, engine=eng), trace.meta)
+    m = worker_matrix(report, "exact")
+    p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
+    return report, compute_stats(trace, eng), (d, p)
 
 
 def widened_healthy(part: str) -> list[Path]:

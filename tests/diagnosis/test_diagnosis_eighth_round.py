@@ -9,14 +9,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnosers import whatif
-from diagnosers.detectors import compute_stats, faulty_machine, slow_communication
+from diagnosers.detectors import faulty_machine, slow_communication
 from diagnosers.detectors.peers import peer_ratio
 from diagnosers.diagnose import diagnose
-from diagnosers.heatmap import worker_matrix
-from diagnosers.report_view import ReportView
 from diagnosers.vocab import CauseId
-from tests._support.recorded import widened_folder, widened_healthy, widened_stats, widened_trace
+from tests._support.recorded import (
+    widened_folder,
+    widened_healthy,
+    widened_hottest,
+    widened_stats,
+    widened_trace,
+)
 
 SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
 
@@ -45,13 +48,8 @@ def test_a_dp2_slow_rank_inside_the_step_noise_is_named_by_its_fastest_ops() -> 
 def test_no_seen_healthy_recording_passes_the_fast_op_outlier(part: str) -> None:
     # the finding's bars against the healthy jobs' own hottest workers (whatever else they get)
     for folder in widened_healthy(part):
-        trace = widened_trace(folder)
-        eng = whatif.build_engine(trace)
-        st = compute_stats(trace, eng)
-        report = ReportView.of(whatif.report_json(trace, engine=eng), trace.meta)
-        m = worker_matrix(report, "exact")
-        p, d = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
-        assert faulty_machine._fast_op_outlier(report, st, (d, p), 9.9) is None, folder.name
+        report, st, cell = widened_hottest(folder)
+        assert faulty_machine._fast_op_outlier(report, st, cell, 9.9) is None, folder.name
 
 
 def test_a_job_wide_stall_in_one_step_is_no_slow_communication() -> None:

@@ -12,14 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnosers import whatif
-from diagnosers.detectors import compute_stats, faulty_machine, slow_communication
+from diagnosers.detectors import faulty_machine, slow_communication
 from diagnosers.detectors.base import CauseMatch
 from diagnosers.diagnose import diagnose
-from diagnosers.heatmap import worker_matrix
-from diagnosers.report_view import ReportView
 from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
-from tests._support.recorded import widened_folder, widened_healthy, widened_stats, widened_trace
+from tests._support.recorded import (
+    widened_folder,
+    widened_healthy,
+    widened_hottest,
+    widened_stats,
+    widened_trace,
+)
 
 SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
         "heldout9")
@@ -46,12 +49,7 @@ def test_a_slow_rank_on_the_loaded_last_stage_is_reported_beside_its_load() -> N
 def test_no_seen_healthy_recording_gets_an_outlier_beside_its_standing_load(part: str) -> None:
     # the row rule's bars against every seen healthy job, with its last stage's load as the match
     for folder in widened_healthy(part):
-        trace = widened_trace(folder)
-        eng = whatif.build_engine(trace)
-        st = compute_stats(trace, eng)
-        report = ReportView.of(whatif.report_json(trace, engine=eng), trace.meta)
-        m = worker_matrix(report, "exact")
-        p, _ = (int(x) for x in np.unravel_index(int(np.argmax(m)), m.shape))
+        report, st, (_, p) = widened_hottest(folder)
         row = CauseMatch(
             id=CauseId.STAGE_IMBALANCE, confidence=0.5, location=st.location([(d, p) for d in range(st.dp)]),
             pattern=Pattern(
