@@ -534,14 +534,18 @@ def faster_at_best(stats: TraceStats, cells: list[tuple[int, int]], affected: np
     """Whether some cell ran its fastest forward or its fastest backward of the ``affected`` steps
     faster than its stage peers ran theirs (``fastest_op_ratios`` below 0): then it is no slow
     machine, whatever its step sums say (a busy host's descheduled process has slow steps but
-    fast ops among them; a slow machine has no op at its peers' best speed). False on a kernel-level
-    job (``stats.microbatches`` False): its compute ops are segments of one pass cut at its
-    collectives, whose lengths follow where the collectives fall, so one worker's fastest segment is
-    not its peers' same op (``fast_step.starved_not_slow`` is that job's test)."""
+    fast ops among them; a slow machine has no op at its peers' best speed). Only cells with a
+    stage peer outside ``cells`` are judged (a host that fills a stage has no like-for-like peer).
+    False on a kernel-level job (``stats.microbatches`` False): its compute ops are segments of one
+    pass cut at its collectives, whose lengths follow where the collectives fall, so one worker's
+    fastest segment is not its peers' same op (``fast_step.starved_not_slow`` is that job's test)."""
     if not stats.microbatches:
         return False
     ratios = fastest_op_ratios(stats, affected, cells)
+    inside = {(int(d), int(p)) for d, p in cells}
     for d, p in cells:
+        if all((e, p) in inside for e in range(stats.dp)):
+            continue  # no stage peer outside the cells: other stages' ops are not the same ops
         vals = ratios[:, d, p]
         if bool((vals[np.isfinite(vals)] < 0.0).any()):
             return True
