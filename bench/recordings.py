@@ -47,7 +47,7 @@ committed before the seventh round's rule changes were committed, diagnosed once
 were committed, diagnosed once at its end), ``heldout10`` (balanced, seeds 601-613, recorded and committed
 before the ninth round's rule changes were committed, diagnosed once at its end), ``heldout11``
 (balanced, seeds 801-813, recorded and committed before the tenth round's rule changes were
-committed, diagnosed once at its end; not in ``all`` until that run), ``all``.
+committed, diagnosed once at its end), ``all``.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-            "heldout8", "heldout9", "heldout10"],
+            "heldout8", "heldout9", "heldout10", "heldout11"],
 }
 
 
