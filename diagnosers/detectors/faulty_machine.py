@@ -532,13 +532,15 @@ def leave_one_out_ratios(values: np.ndarray) -> np.ndarray:
 
 def faster_at_best(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> bool:
     """Whether some cell ran its fastest forward or its fastest backward of the ``affected`` steps
-    faster than its stage peers ran theirs (``fastest_op_ratios`` below 0): then it is no slow
-    machine, whatever its step sums say (a busy host's descheduled process has slow steps but
-    fast ops among them; a slow machine has no op at its peers' best speed). Only cells with a
-    stage peer outside ``cells`` are judged (a host that fills a stage has no like-for-like peer).
-    False on a kernel-level job (``stats.microbatches`` False): its compute ops are segments of one
-    pass cut at its collectives, whose lengths follow where the collectives fall, so one worker's
-    fastest segment is not its peers' same op (``fast_step.starved_not_slow`` is that job's test)."""
+    faster than its stage peers ran theirs, by more than ``MIN_EXCESS`` (``fastest_op_ratios``
+    below ``-log(1 + MIN_EXCESS)``; within that it is as fast: timers and jitter): then it is no
+    slow machine, whatever its step sums say. A busy host's descheduled process has slow steps but
+    fast ops among them; a slow machine runs no op at better than its peers' best speed (one slow in
+    some kernels only runs the others at their speed, not faster). Only cells with a stage peer
+    outside ``cells`` are judged (a host that fills a stage has no like-for-like peer). False on a
+    kernel-level job (``stats.microbatches`` False): its compute ops are segments of one pass cut
+    at its collectives, whose lengths follow where the collectives fall, so one worker's fastest
+    segment is not its peers' same op (``fast_step.starved_not_slow`` is that job's test)."""
     if not stats.microbatches:
         return False
     ratios = fastest_op_ratios(stats, affected, cells)
@@ -547,7 +549,7 @@ def faster_at_best(stats: TraceStats, cells: list[tuple[int, int]], affected: np
         if all((e, p) in inside for e in range(stats.dp)):
             continue  # no stage peer outside the cells: other stages' ops are not the same ops
         vals = ratios[:, d, p]
-        if bool((vals[np.isfinite(vals)] < 0.0).any()):
+        if bool((vals[np.isfinite(vals)] < -np.log1p(MIN_EXCESS)).any()):
             return True
     return False
 
