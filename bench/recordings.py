@@ -29,7 +29,8 @@ alone gains; it is then scored like a two-cause job (either one first, the injec
 A partition injection is exempt (its expected cause is itself a stage imbalance).
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
-                                                heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|all]
+                                                heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|
+                                                heldout11|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -44,7 +45,9 @@ committed before the sixth round, diagnosed once at its end), ``heldout8`` (bala
 committed before the seventh round's rule changes were committed, diagnosed once at its end),
 ``heldout9`` (balanced, seeds 301-313, recorded and committed before the eighth round's rule changes
 were committed, diagnosed once at its end), ``heldout10`` (balanced, seeds 601-613, recorded and committed
-before the ninth round's rule changes were committed, diagnosed once at its end), ``all``.
+before the ninth round's rule changes were committed, diagnosed once at its end), ``heldout11``
+(balanced, seeds 801-813, recorded and committed before the tenth round's rule changes were
+committed, diagnosed once at its end), ``all``.
 """
 
 from __future__ import annotations
@@ -219,7 +222,7 @@ PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-            "heldout8", "heldout9", "heldout10"],
+            "heldout8", "heldout9", "heldout10", "heldout11"],
 }
 
 
@@ -239,7 +242,7 @@ def folders(part: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
-             "heldout7", "heldout8", "heldout9", "heldout10", "all"]
+             "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)

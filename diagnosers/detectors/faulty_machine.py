@@ -141,6 +141,10 @@ ROW_OUTLIER_RATIO = 2.0
 # SUB_THRESHOLD_EXCESS (5%, the issue's "clear" slowdown).
 SUB_THRESHOLD_SW_Z = 8.0
 SUB_THRESHOLD_EXCESS = 0.05
+# The outlier-worker finding read from the worker's fastest op of the window (``_floor_outlier``):
+# its fastest forward and its fastest backward each at least FAST_OUTLIER_STEP times its stage
+# peers' fastest, and its log excess at least FLOOR_GAP times the next worker's (it stands alone).
+FLOOR_GAP = 2.0
 
 
 def hot_cells(report: Report) -> list[tuple[int, int]]:
@@ -487,6 +491,69 @@ def fast_op_steps(stats: TraceStats) -> np.ndarray:
     return out.reshape(stats.n_steps, stats.dp, stats.pp)
 
 
+def fastest_op_ratios(stats: TraceStats, affected: np.ndarray, cells: list[tuple[int, int]]) -> np.ndarray:
+    """(2, dp, pp) the log of each worker's fastest forward (row 0) and fastest backward (row 1) in
+    the ``affected`` steps over the median of the same over its stage's workers outside ``cells``
+    (``peer_reference``); NaN where the worker, or the job, has no such op.
+
+    Why: a worker's fastest op of a window is the one least touched by a busy host (its process got
+    the core for that op); a slow machine runs none of its ops as fast as its healthy peers do at
+    their best, however many it runs. The minimum over n ops is a persistence test of its own: a
+    healthy worker reads slow here only when every one of its ops in the window was slowed."""
+    fastest = fastest_ops(stats, affected)
+    ref = peer_reference(np.nan_to_num(fastest, nan=0.0), cells)  # (2, pp): one "step" per type
+    return np.log(np.maximum(fastest, 1e-12) / np.maximum(ref, 1e-12)[:, None, :])
+
+
+def fastest_ops(stats: TraceStats, affected: np.ndarray) -> np.ndarray:
+    """(2, dp, pp) each worker's fastest forward (row 0) and fastest backward (row 1) duration in
+    the ``affected`` steps; NaN where it has none."""
+    out = np.full((2, stats.dp, stats.pp), np.nan)
+    in_steps = affected[stats.op_step_index]
+    for i, code in enumerate((FWD, BWD)):
+        rows = np.flatnonzero((stats.optype == code) & in_steps)
+        if rows.size:
+            worker = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
+            q = worker_order_statistic(worker, stats.transfer[rows], stats.dp * stats.pp, 0.0)
+            out[i] = q.reshape(stats.dp, stats.pp)
+    return out
+
+
+def leave_one_out_ratios(values: np.ndarray) -> np.ndarray:
+    """(K, dp, pp) the log of every cell's value over the median of its own stage's other DP ranks'
+    (each cell left out of its own reference; ``values`` (K, dp, pp) positive, dp >= 2)."""
+    dp = values.shape[1]
+    out = np.empty_like(values)
+    for d in range(dp):
+        others = np.delete(values, d, axis=1)  # (K, dp - 1, pp)
+        out[:, d, :] = np.log(values[:, d, :] / median(others, axis=1))
+    return out
+
+
+def faster_at_best(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> bool:
+    """Whether some cell ran its fastest forward or its fastest backward of the ``affected`` steps
+    faster than its stage peers ran theirs, by more than ``MIN_EXCESS`` (``fastest_op_ratios``
+    below ``-log(1 + MIN_EXCESS)``; within that it is as fast: timers and jitter): then it is no
+    slow machine, whatever its step sums say. A busy host's descheduled process has slow steps but
+    fast ops among them; a slow machine runs no op at better than its peers' best speed (one slow in
+    some kernels only runs the others at their speed, not faster). Only cells with a stage peer
+    outside ``cells`` are judged (a host that fills a stage has no like-for-like peer). False on a
+    kernel-level job (``stats.microbatches`` False): its compute ops are segments of one pass cut
+    at its collectives, whose lengths follow where the collectives fall, so one worker's fastest
+    segment is not its peers' same op (``fast_step.starved_not_slow`` is that job's test)."""
+    if not stats.microbatches:
+        return False
+    ratios = fastest_op_ratios(stats, affected, cells)
+    inside = {(int(d), int(p)) for d, p in cells}
+    for d, p in cells:
+        if all((e, p) in inside for e in range(stats.dp)):
+            continue  # no stage peer outside the cells: other stages' ops are not the same ops
+        vals = ratios[:, d, p]
+        if bool((vals[np.isfinite(vals)] < -np.log1p(MIN_EXCESS)).any()):
+            return True
+    return False
+
+
 def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:
     """The smallest, over the cells, of the fast-op factor's (``fast_op_factors``) robust z among
     the workers outside ``cells``: distance from their median over the larger of their MAD
@@ -774,6 +841,10 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     if starved_not_slow(stats, cells):
         # kernel-level: a process descheduled sporadically, its best step not slow (fast_step.py)
         return None
+    if faster_at_best(stats, cells, affected):
+        # Its fastest op beat its peers' fastest: the machine runs at full speed when it gets the
+        # core; its slow steps are the host's contention, not its hardware.
+        return None
     share, compute_share = worker_shares(stats, report, cells)
     # The machine's compute must hold the slowdown; slow transfers are slow communication's.
     if compute_share < MIN_SHARE:
@@ -956,6 +1027,8 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         return None
     if consistent is not None and lengths_vary(stats):
         return None  # its optimizer normal and the microbatches' lengths vary: data, as in ``detect``
+    if faster_at_best(stats, [cell], affected):
+        return None  # its fastest op beat its peers' fastest, as in ``detect``
     return _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor,
                   affected if t.onset is not None else None, outlier_only=sw_z)
@@ -1016,6 +1089,84 @@ def _fast_op_outlier(
         "descheduling only some. Not every sign of a faulty machine holds, hence the low confidence. "
         f"Idealising only it removes {share * 100:.0f}% of the slowdown ({compute_share * 100:.0f}% from "
         "compute alone); check its GPU health, clocks and host load."
+    )
+    return match
+
+
+@register_fallback
+def floor_outlier(report: Report, stats: TraceStats) -> CauseMatch | None:
+    """The outlier-worker finding read from each worker's fastest op of the window, when no cause
+    matched and the step sums (and S_w) name nobody.
+
+    Why: on a busy 2-core host (step floors of 45-61%) a worker sleeping 10 ms in every op need not
+    be S_w's hottest, nor slow in every step's compute, so every finding that starts from S_w's
+    hottest cell misses it. Its fastest op is another matter: a slow machine runs none of its ops
+    as fast as its peers at their best (``fastest_op_ratios``), and over a window of n ops the
+    minimum is itself a persistence test (a healthy worker reads slow only if all n were slowed).
+    The worker whose fastest forward and backward stand highest over its stage peers' (each cell
+    left out of its own reference) is reported, at the outlier-worker finding's low confidence
+    (evidence ``signature: outlier-worker``, ``fastest_op_factors``), when each of the two is at
+    least ``FAST_OUTLIER_STEP`` (1.5x) its peers', its log excess is at least ``FLOOR_GAP`` (2)
+    times the next worker's (it stands alone), the microbatches carry no cost of their own
+    (``lengths_vary``), idealising its compute removes at least ``MIN_SHARE`` of the slowdown, and
+    the job's per-step fast ops are a reading of their own (their step noise correlates with
+    compute's at most ``FAST_OP_MAX_RHO``, as for ``_fast_op_onset``).
+    Microbatched pipeline jobs with DP peers and at least two steps only, at or above the
+    decomposition threshold: a data-parallel-only or kernel-level job's worker is the fast-step
+    finding's to judge."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.n_steps < 2 or stats.dp < 2 or stats.pp < 2:
+        return None
+    if not stats.microbatches:
+        return None  # segments of a kernel-level pass are no like-for-like ops (``faster_at_best``)
+    fastest = fastest_ops(stats, np.ones(stats.n_steps, dtype=bool))
+    if not (np.isfinite(fastest).all() and (fastest > 0).all()):
+        return None
+    logs = leave_one_out_ratios(fastest)  # (2, dp, pp)
+    score = logs.mean(axis=0).reshape(-1)
+    order = np.argsort(-score)
+    d, p = divmod(int(order[0]), stats.pp)
+    runner_up = float(score[order[1]])
+    if float(logs[:, d, p].min()) < np.log(FAST_OUTLIER_STEP):
+        return None
+    if runner_up > 0 and float(score[order[0]]) < FLOOR_GAP * runner_up:
+        return None
+    if lengths_vary(stats):
+        return None
+    cell = (d, p)
+    fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
+    if not (fast > 0).all() or noise_correlation(stats.compute, fast, [cell]) > FAST_OP_MAX_RHO:
+        # One factor per worker-step moves every op of the step alike (the generator's step noise):
+        # the window's fastest op is then one of a few step factors, no reading of its own.
+        return None
+    share, compute_share = worker_shares(stats, report, [cell])
+    if compute_share < MIN_SHARE:
+        return None
+    m = worker_matrix(report, "exact")  # (pp, dp)
+    others = np.delete(m.reshape(-1), p * stats.dp + d)
+    med = float(median(others))
+    sw_z = (float(m[p, d]) - med) / max(1.4826 * float(median(np.abs(others - med))), 1e-3)
+    affected = np.ones(stats.n_steps, dtype=bool)
+    floor = job_floor(stats, [cell])
+    t = cell_timing(stats, cell, floor)
+    peer_ratio_v = float(np.mean(compute_ratios(stats, [cell])))
+    opt_ratio = optimizer_ratio(stats, [cell], affected)
+    opt_slow = opt_ratio is None or opt_ratio - 1.0 >= 0.25 * (peer_ratio_v - 1.0)
+    consistent = None if opt_slow else consistently_slow(stats, [cell], affected)
+    factors = np.exp(logs[:, d, p])
+    z = fast_op_outlier_z(stats, [cell], affected)
+    match = _match(report, stats, [cell], None, [p], [], t.persist, peer_ratio_v, z, opt_ratio,
+                   opt_slow, consistent, share, compute_share, floor, None, outlier_only=sw_z)
+    match.evidence["fastest_op_factors"] = [rounded(float(factors[0])), rounded(float(factors[1]))]
+    match.evidence["fastest_op_runner_up"] = rounded(float(np.exp(runner_up)))
+    match.summary = (
+        f"An outlier worker read from its fastest ops: dp {d}/pp {p}'s fastest forward of the window ran "
+        f"{factors[0]:.2f}x and its fastest backward {factors[1]:.2f}x its stage peers' fastest (the next "
+        f"worker's {np.exp(runner_up):.2f}x), so none of its ops ran at its peers' best speed, while its "
+        f"step compute and per-worker slowdown are lost in the host's step-to-step noise (floor "
+        f"{floor.step * 100:.0f}%; S_w {sw_z:.1f} robust sigma from the others'). A slow machine lengthens "
+        "every op; a busy host's descheduling leaves some at full speed. Not every sign of a faulty machine "
+        f"holds, hence the low confidence. Idealising only it removes {share * 100:.0f}% of the slowdown "
+        f"({compute_share * 100:.0f}% from compute alone); check its GPU health, clocks and host load."
     )
     return match
 

@@ -15,44 +15,38 @@ from tests._support.recorded import widened_part_score
 # diagnoses: neither of the round's first two rules acts on this part), with onset-2x4 a silent
 # miss. Recorded at load average 9-16: the step floors reach 45-61%. Pinned here now is the second
 # look after the round's third rule (the outlier worker under the decomposition threshold, made on
-# this part's silent miss: seen data, not a fresh figure): 9 of 13. The misses: (top cause, its
-# ranks) as diagnosed.
+# this part's silent miss: seen data, not a fresh figure): 9 of 13. The tenth round's rules
+# (docs/ACCURACY.md, "Tenth round", made on this part among the seen ones: a second look again)
+# clear healthy-2x3's false machine (rank 5's fastest backward of the window 0.61x its peer's
+# fastest) and find slow-rank-2x3's and slow-rank-last-3x2's ranks from their fastest ops: 12 of 13.
+# The misses: (top cause, its ranks) as diagnosed.
 MISSED = {
-    # nothing injected: rank 5 (dp 1, last stage) a faulty machine at confidence 0.185, its
-    # compute 1.67x its peer's in 3 of 4 steps and its optimizer 2.19x (step floor 61%, speed
-    # factor 2.2 sigma out): a false faulty machine on a healthy job
-    "healthy-2x3": ("faulty-machine", [5]),
-    # 10 ms on rank 2 (dp 0, middle stage, DP 2): step floor 48%, its compute below its peer's in
-    # one step of four, S_w's hottest another rank (rank 1, 2.3 sigma); its fastest ops 2.2x its
-    # peer's (fast-op z 4.7, under the fast-op finding's 5)
-    "slow-rank-2x3": ("none", []),
     # 10 ms on rank 2 (dp 2, first stage, DP 4): its step compute level with its peers' (typical
-    # log ratio 0.00), S_w's hottest rank 6 (2.5 sigma)
+    # log ratio 0.00), S_w's hottest rank 6 (2.5 sigma); its fastest forward and backward 2.5x and
+    # 3.4x its peers' and 2.3 times the next worker's log excess, but idealising its compute removes
+    # 21% of the slowdown, under MIN_SHARE (25%)
     "slow-rank-4x2": ("none", []),
-    # 10 ms on rank 5 (dp 2, last stage, DP 3): step floor 56%, its compute above its peers' in
-    # two steps of four, S_w's hottest rank 0 (1.0 sigma); fast-op z 5.6 but its S_w is not the
-    # job's hottest
-    "slow-rank-last-3x2": ("none", []),
 }
 
 
 def test_the_tenth_held_out_part_keeps_its_second_look() -> None:
     scored, _got, missed = widened_part_score("heldout10", 13)
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 9
-    assert sum(s.right_standing for s in scored.values()) == 9
-    # one healthy recording names a false faulty machine; the other two none (healthy-3x2 only
-    # the example's standing last-stage load)
+    assert sum(s.right for s in scored.values()) == 12
+    assert sum(s.right_standing for s in scored.values()) == 12
+    # no healthy recording names a faulty machine (healthy-2x3 did until the tenth round); two
+    # name no cause, healthy-3x2 only the example's standing last-stage load
     healthy = [n for n, s in scored.items() if s.healthy]
     assert sorted(healthy) == ["healthy-2x3", "healthy-2x4", "healthy-3x2"]
-    assert [n for n in healthy if scored[n].false_machine_or_gc] == ["healthy-2x3"]
-    assert scored["healthy-2x4"].got == []
+    assert not any(scored[n].false_machine_or_gc for n in healthy)
+    assert scored["healthy-2x4"].got == [] and scored["healthy-2x3"].got == []
     assert [g[0] for g in scored["healthy-3x2"].got] == ["stage-imbalance"]
     # no silent miss: the onset under the decomposition threshold (S = 1.022; S_w names rank 3, 14
     # robust sigma out) is an outlier worker from step 4 on, at low confidence
     assert not any(s.silent_miss for s in scored.values())
     top = scored["onset-2x4"].got[0]
     assert (top[0], list(top[2]), str(top[3])) == ("faulty-machine", [3], "onset") and top[1] < 0.3
-    for name in ("dataloader-stall-2x4", "gc-pause-4x2", "healthy-2x4", "healthy-3x2", "layers-2x4",
-                 "onset-2x4", "send-delay-3x2", "slow-rank-2x2", "var-seq-2x3"):
+    for name in ("dataloader-stall-2x4", "gc-pause-4x2", "healthy-2x3", "healthy-2x4", "healthy-3x2",
+                 "layers-2x4", "onset-2x4", "send-delay-3x2", "slow-rank-2x2", "slow-rank-2x3",
+                 "slow-rank-last-3x2", "var-seq-2x3"):
         assert scored[name].right, name

@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout10 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout11 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -175,3 +175,17 @@ rec heldout10 var-seq-2x3           --dp 2 --pp 3 --steps 6 --seed 610 --var-seq
 rec heldout10 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 611 --slow-rank 2 --slow-ms 10
 rec heldout10 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 612 --gc-pause
 rec heldout10 dataloader-stall-2x4  --dp 2 --pp 4 --steps 6 --seed 613 --stall-rank 6 --stall-ms 80
+# --- held out, eleventh set (a balanced sample of the classes; recorded and committed before the tenth round's detector changes; diagnosed once, at its end) ---
+rec heldout11 healthy-4x2           --dp 4 --pp 2 --steps 6 --seed 801
+rec heldout11 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 802 --slow-rank 0 --slow-ms 15
+rec heldout11 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 803 --layers-per-stage 2,1,1
+rec heldout11 healthy-2x2           --dp 2 --pp 2 --steps 6 --seed 804
+rec heldout11 slow-rank-3x2         --dp 3 --pp 2 --steps 6 --seed 805 --slow-rank 2 --slow-ms 10
+rec heldout11 send-delay-2x4        --dp 2 --pp 4 --steps 6 --seed 806 --send-delay-rank 2 --send-delay-ms 15
+rec heldout11 slow-rank-last-4x2    --dp 4 --pp 2 --steps 6 --seed 807 --slow-rank 6 --slow-ms 12
+rec heldout11 onset-3x2             --dp 3 --pp 2 --steps 8 --seed 808 --slow-rank 4 --slow-ms 20 --slow-from-step 5
+rec heldout11 healthy-3x3           --dp 3 --pp 3 --steps 6 --seed 809
+rec heldout11 var-seq-3x2           --dp 3 --pp 2 --steps 6 --seed 810 --var-seq --seq 64
+rec heldout11 slow-rank-2x4         --dp 2 --pp 4 --steps 6 --seed 811 --slow-rank 5 --slow-ms 10
+rec heldout11 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 812 --gc-pause
+rec heldout11 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 813 --stall-rank 1 --stall-ms 80
