@@ -56,7 +56,8 @@ def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
     return "none", []
 
 
-def run(root: Path) -> None:
+def run(root: Path) -> tuple[int, int]:
+    """Diagnose every recording of one part and print one line per recording; (right, total)."""
     hits = total = 0
     for folder in sorted(p for p in root.iterdir() if (p / "injections.json").exists()):
         want = truth(json.loads((folder / "injections.json").read_text()))
@@ -72,16 +73,26 @@ def run(root: Path) -> None:
               f"{'ok  ' if ok else 'MISS'} S {report.slowdown:.3f} sim.err {report.simulation_error:+.1%}"
               + (f" conf {top.confidence:.2f}" if top else ""))
     print(f"cause+rank found: {hits}/{total}")
+    return hits, total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
-    ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2 ... heldout10: the second to tenth held-out sets)")
+    ap.add_argument("--part", choices=[*sorted(PARTS), "all"],
+                    help="run this part (heldout2 ... heldout10: the second to tenth held-out sets; "
+                         "all: every part, one after the other, with the total)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
-    run(DATA / PARTS[part])
+    if part != "all":
+        run(DATA / PARTS[part])
+        return
+    hits = total = 0
+    for name in PARTS:
+        print(f"== {name} ({PARTS[name]})")
+        h, n = run(DATA / PARTS[name])
+        hits, total = hits + h, total + n
+    print(f"all parts: cause+rank found: {hits}/{total}")
 
 
 if __name__ == "__main__":
