@@ -14,40 +14,47 @@ import numpy as np
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.stats import BWD, FWD
 from diagnosers.readers import load_trace
-from diagnosers.transport_noise import detection_view
+from diagnosers.transport_noise import NOISE_SHARE, detection_view, joint_collectives, transport_noise
 from diagnosers.whatif import analyze, build_engine
 from tests._support.recorded import DATA, plain_part_score, view_stats
 
 PART = DATA / "kineto_plain_heldout10"
 
-# The figure of the one run: 11 of 13. A healthy 2-rank DDP job whose gradient all-reduces ran long
-# after both members arrived in most steps (recorded at load 13.4), named slow communication; and a
-# 100 ms input stall on the last rank of a 4-rank FSDP2 job whose steps ran 0.33-0.87 s, too small
-# a share of the lost time for the stall finding.
+# The figure of the one run was 11 of 13: a healthy 2-rank DDP job whose gradient all-reduces ran
+# long after both members arrived in most steps (recorded at load 13.4) named slow communication,
+# and a 100 ms input stall on the last rank of a 4-rank FSDP2 job whose steps ran 0.33-0.87 s, too
+# small a share of the lost time for the stall finding. Second look (seen data, the put-back round,
+# docs/ACCURACY.md): the healthy job's transient transfers are judged in the ideal run too, where
+# they hold 138% of the slowdown, so the detection view is made and no cause is named: 12 of 13.
 MISSED: dict[str, tuple[str, list[int]]] = {
-    "ddp-healthy-2rank": ("slow-communication", [0, 1]),
     "fsdp-stall-4rank": ("none", []),
 }
 
 
-def test_the_tenth_held_out_part_keeps_its_run_once_figure() -> None:
+def test_the_tenth_held_out_part_keeps_its_second_look_figure() -> None:
     right, missed = plain_part_score("kineto_plain_heldout10", 13)
     assert missed == MISSED
-    assert len(right) == 11
-    # three of four healthy jobs name no cause (FSDP2 of 2 and 3 ranks, DDP of 4), every slow rank
-    # (the 8 ms one and both FSDP2 ones among them), both GC jobs (one a lone collection), one stall
-    assert {"ddp-healthy-4rank", "fsdp-healthy-2rank", "fsdp-healthy-3rank", "ddp-gc-3rank",
-            "fsdp-gc-2rank", "ddp-stall-2rank"} <= right
+    assert len(right) == 12
+    # every healthy job names no cause, every slow rank (the 8 ms one and both FSDP2 ones among
+    # them), both GC jobs (one a lone collection), one stall
+    assert {"ddp-healthy-2rank", "ddp-healthy-4rank", "fsdp-healthy-2rank", "fsdp-healthy-3rank",
+            "ddp-gc-3rank", "fsdp-gc-2rank", "ddp-stall-2rank"} <= right
     assert {n for n in right if "-slow-" in n} == {"ddp-slow-2rank", "ddp-slow-3rank", "ddp-slow-4rank",
                                                   "fsdp-slow-2rank", "fsdp-slow-3rank"}
 
 
-def test_the_healthy_job_named_slow_communication_has_long_transfers_in_most_steps() -> None:
+def test_the_healthy_job_once_named_slow_communication_has_long_transfers_in_most_steps() -> None:
     folder = PART / "ddp-healthy-2rank"
     trace = load_trace([folder / "traces"])
     eng = build_engine(trace)
-    # its transfers are no transient noise: no detection view is made
-    assert detection_view(trace, eng, analyze(trace, engine=eng)) is None
+    # taken out of the measured run its transient transfers save almost nothing (the backward they
+    # overlap holds the step), put into the ideal run they cost more than the whole slowdown: the
+    # detection view is made for the second reading
+    found = transport_noise(eng, joint_collectives(trace, eng))
+    assert found is not None
+    assert found[0].share < NOISE_SHARE <= 1.0 < found[0].share_added
+    assert not found[0].persistent
+    assert detection_view(trace, eng, analyze(trace, engine=eng)) is not None
     stats = compute_stats(trace, eng)
     comm = ~np.isin(stats.optype, [FWD, BWD])
     per = np.zeros((stats.n_steps, stats.dp))
