@@ -21,7 +21,7 @@ the position round's rule changes and any diagnosis of it, run once at that roun
 ``kineto_plain_heldout10`` (``--part heldout10``) a tenth, balanced as the seventh, stored before
 the far-forward round's rule changes and any diagnosis of it, run once at that round's end;
 ``kineto_plain_heldout11`` (``--part heldout11``) an eleventh, balanced as the seventh, stored
-before any diagnosis of it at the start of the put-back round, to be run once at its end;
+before any diagnosis of it at the start of the put-back round, run once at its end;
 ``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks,
 ``kineto_plain_tune3`` (``--part tune3``) six of the position round (healthy 2-rank DDP, weak
 FSDP2 slow ranks). Per
@@ -49,7 +49,7 @@ PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2"
          "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
 # parts stored but not yet run once: ``--part all`` leaves them out (they are diagnosed only by
 # their one run, ``--part <name>``)
-NOT_YET_RUN = {"heldout11"}
+NOT_YET_RUN: set[str] = set()
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
