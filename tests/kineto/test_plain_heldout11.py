@@ -31,8 +31,8 @@ def test_the_eleventh_held_out_part_keeps_its_second_look_figure() -> None:
     assert len(right) == 13
     # every healthy job names no cause, every slow rank (the 8 ms one and both FSDP2 ones among
     # them), both GC jobs (one a lone collection), both stalls
-    assert {"ddp-healthy-2rank", "ddp-healthy-4rank", "fsdp-healthy-2rank", "fsdp-healthy-3rank", "ddp-gc-2rank",
-            "fsdp-gc-3rank", "ddp-stall-4rank", "fsdp-stall-2rank"} <= right
+    assert {"ddp-healthy-2rank", "ddp-healthy-4rank", "fsdp-healthy-2rank", "fsdp-healthy-3rank",
+            "ddp-gc-2rank", "fsdp-gc-3rank", "ddp-stall-4rank", "fsdp-stall-2rank"} <= right
     assert {n for n in right if "-slow-" in n} == {"ddp-slow-2rank", "ddp-slow-3rank", "ddp-slow-4rank",
                                                   "fsdp-slow-2rank", "fsdp-slow-3rank"}
 
