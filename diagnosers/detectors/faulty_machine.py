@@ -1011,6 +1011,8 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         return _fast_op_outlier(report, stats, cell, sw_z)
     if t.typical < small_job_outlier_bar(stats.dp * stats.pp) * floor.fleet_sigma():
         return None  # within the healthy machines' own spread, as in ``detect``
+    if starved_not_slow(stats, [cell]):
+        return None  # kernel-level: a starved process, its best forward not slow (fast_step.py)
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
     if z < bar:
