@@ -328,3 +328,27 @@ def test_transient_reads_each_candidates_rows() -> None:
         total = float(per_step.sum())
         want.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
     assert len(scored) > 2 and transient(stats, transfer, base, scored) == want and want[-1]
+
+
+def test_lone_send_floors_are_made_once_of_the_shared_arrays() -> None:
+    from diagnosers.detectors.slow_communication import (
+        lone_send_floors,
+        p2p_batch_ids,
+        p2p_links,
+        send_floors,
+    )
+
+    spec = ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SLOW_COMMUNICATION])
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer, link, batch = stats.probe.original, p2p_links(stats)[1], p2p_batch_ids(stats)
+    want = send_floors(stats, transfer, link, alone_in_call(batch))
+    got = lone_send_floors(stats, transfer, link, batch)
+    assert np.isfinite(want).any() and np.array_equal(got, want, equal_nan=True)
+    assert lone_send_floors(stats, transfer, link, batch) is got  # the shared arrays: made once
+    # any other array (here other transfer times) is computed afresh, never read from the memo
+    other = transfer * 2.0
+    fresh = lone_send_floors(stats, other, link, batch)
+    assert np.array_equal(fresh, send_floors(stats, other, link, alone_in_call(batch)), equal_nan=True)
+    assert not np.array_equal(fresh, got, equal_nan=True)
