@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.detectors.base import Engine, Probe, TraceStats
+from diagnosers.detectors.base import Deferred, Engine, Probe, TraceStats
 from diagnosers.model import OPTYPE_CODE, Trace
 from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids, reduce_into
@@ -58,10 +58,14 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     step_end = reduce_into(np.maximum, si, end, n_s, -np.inf)
     step_time = step_end - step_start
 
-    launch_idle = _launch_idle(
-        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
-        end=end, is_f=is_f, opened=_opened(trace, steps, size),
-    ).reshape(n_s, dp, pp)
+    def launch_idle() -> npt.NDArray[np.float64]:
+        # read by the dataloader-stall detector only when launch delays slow the job (and by the
+        # kernel-level transport view): made on first read, its op ends made again (the same sums)
+        # rather than kept alive for it
+        return _launch_idle(
+            ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
+            end=ops.start_ts + ops.duration, is_f=ops.optype == FWD, opened=_opened(trace, steps, size),
+        ).reshape(n_s, dp, pp)
 
     fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
     # each op's microbatch: the trace's id, else its position among the worker's ops of its type
@@ -88,7 +92,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         rank_of=rank_of,
         compute=compute,
         step_time=step_time,
-        launch_idle=launch_idle,
+        launch_idle=Deferred(launch_idle),
         fwd_bwd_corr=corr,
         fwd_bwd_corr_within=within,
         optimizer=optimizer,
@@ -239,13 +243,13 @@ def _forward_backward(
     bwd_rows: npt.NDArray[np.intp] | None = None,
     op_mb: npt.NDArray[np.int32] | None = None,
 ) -> tuple[
-    dict[int, float],
+    Deferred[dict[int, float]],
     dict[int, float],
     npt.NDArray[np.int64],
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
-    int,
+    Deferred[int],
 ]:
     """Pair each forward with the backward of the same microbatch and chunk on the same worker.
 
@@ -256,6 +260,7 @@ def _forward_backward(
     z-score of that excess over the stage's forwards. Also the number of backwards that look the
     same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
     backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
+    The stage-level correlations and that count come as :class:`Deferred` (made on first read).
 
     ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``), the
     forward / backward row indices and ``op_mb`` (each row's ``mb_id``, else its ``seq_id``) may
@@ -309,13 +314,23 @@ def _forward_backward(
     # The correlations leave out forwards that look paused (the gc-pause rule): a pause inside a
     # forward is not data-dependent cost and would hide a sequence-length imbalance beside it.
     clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
-    corr, within = _stage_correlations(stage, clean, pp, (nf, nb), (xf, xb))
-    b_excess = bd - tb * np.maximum(1.0, nf)
-    b_med = by_stage(b_excess)
-    b_mad = by_stage(np.abs(b_excess - b_med))
-    b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
-    bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
-    return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
+    (within,) = _stage_correlations(stage, clean, pp, (xf, xb))
+
+    # The stage-level correlations (the sequence-length finding's evidence) and the backward
+    # outliers (the GC-pause finding's control) are read only when those detectors match: made on
+    # first read, from the same arrays (each stage's correlation is computed on its own, so apart
+    # from the within-worker ones it is the same number)
+    def stage_level() -> dict[int, float]:
+        return _stage_correlations(stage, clean, pp, (nf, nb))[0]
+
+    def bwd_outliers() -> int:
+        b_excess = bd - tb * np.maximum(1.0, nf)
+        b_med = by_stage(b_excess)
+        b_mad = by_stage(np.abs(b_excess - b_med))
+        b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
+        return int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
+
+    return Deferred(stage_level), within, fi.astype(np.int64), excess, z, tf, Deferred(bwd_outliers)
 
 
 def _pairing_keys(
