@@ -433,3 +433,27 @@ def test_statistics_made_on_first_read_are_the_plain_ones(shuffle: bool) -> None
     copy = replace(stats, steps=stats.steps)
     assert copy.launch_idle is stats.launch_idle and copy.bwd_outliers == outliers
     assert replace(stats, bwd_outliers=3).bwd_outliers == 3
+
+
+@pytest.mark.parametrize("layout", ["grouped", "shuffled", "unequal"])
+def test_worker_order_statistic_is_the_per_worker_sort(layout: str) -> None:
+    from diagnosers.detectors.faulty_machine import worker_order_statistic
+
+    rng = np.random.default_rng(5)
+    n_workers, per = 12, 9
+    worker = np.repeat(np.arange(n_workers), per)
+    worker = worker[worker != 4]  # a worker without ops: NaN
+    if layout == "unequal":
+        worker = np.r_[worker, [7, 7, 2]]
+    dur = np.round(rng.lognormal(0.0, 0.4, len(worker)), 2)  # ties
+    if layout != "grouped":
+        order = rng.permutation(len(worker))
+        worker, dur = worker[order], dur[order]
+    for fraction in (0.0, 0.1, 0.5, 1.0):
+        want = np.full(n_workers, np.nan)
+        for w in range(n_workers):
+            mine = np.sort(dur[worker == w])
+            if mine.size:
+                want[w] = mine[int(np.floor(fraction * (mine.size - 1)))]
+        got = worker_order_statistic(worker, dur, n_workers, fraction)
+        assert np.array_equal(got, want, equal_nan=True)
