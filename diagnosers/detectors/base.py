@@ -401,8 +401,6 @@ class TraceStats:
     fwd_excess_z: npt.NDArray[np.float64]  # per forward op: robust z-score of that excess
     fwd_index: npt.NDArray[np.int64]  # op-table rows of those forward ops
     fwd_typical: npt.NDArray[np.float64]  # per forward op: median forward of its (stage, chunk)
-    stage_fwd_mean: npt.NDArray[np.float64]  # (pp,) mean forward-compute duration per stage
-    stage_bwd_mean: npt.NDArray[np.float64]  # (pp,) mean backward-compute duration per stage
     n_ops: int
     optype: npt.NDArray[np.int16]
     op_dp: npt.NDArray[np.int32]
@@ -431,6 +429,9 @@ class TraceStats:
     fwd_bwd_corr: OnFirstRead[dict[int, float]] = OnFirstRead()
     # backwards whose excess over what their forward explains looks like a pause
     bwd_outliers: OnFirstRead[int] = OnFirstRead()
+    # (pp,) mean forward- and backward-compute duration per stage
+    stage_fwd_mean: OnFirstRead[npt.NDArray[np.float64]] = OnFirstRead()
+    stage_bwd_mean: OnFirstRead[npt.NDArray[np.float64]] = OnFirstRead()
 
     def cached(self, key: Any, make: Callable[[], npt.NDArray[Any]]) -> npt.NDArray[Any]:
         """``make()`` computed once per ``key`` and shared, read-only: a scenario the detector, its

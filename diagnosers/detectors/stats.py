@@ -79,8 +79,9 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         .astype(np.float64)
         .reshape(n_s, dp, pp)
     )
-    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, fwd_rows, pp)
-    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, bwd_rows, pp)
+    # the stage means are read by the stage-imbalance finding once it holds: made on first read
+    stage_fwd_mean = Deferred(lambda: _stage_mean(ops.stage, ops.duration, fwd_rows, pp))
+    stage_bwd_mean = Deferred(lambda: _stage_mean(ops.stage, ops.duration, bwd_rows, pp))
 
     probe = Probe(engine) if engine is not None else None
     transfer = probe.original if probe is not None else ops.duration.astype(np.float64)

@@ -410,7 +410,7 @@ def test_statistics_made_on_first_read_are_the_plain_ones(shuffle: bool) -> None
     if shuffle:
         trace.ops = trace.ops.take(np.random.default_rng(2).permutation(len(trace.ops)))
     stats = compute_stats(trace)
-    lazy = ("launch_idle", "fwd_bwd_corr", "bwd_outliers")
+    lazy = ("launch_idle", "fwd_bwd_corr", "bwd_outliers", "stage_fwd_mean", "stage_bwd_mean")
     # nothing made before it is read
     assert all(isinstance(stats.__dict__[f"_deferred_{name}"], Deferred) for name in lazy)
     ops = trace.ops
@@ -428,6 +428,10 @@ def test_statistics_made_on_first_read_are_the_plain_ones(shuffle: bool) -> None
     assert stats.fwd_bwd_corr.keys() == corr.keys() and len(corr) == stats.pp
     assert all(abs(stats.fwd_bwd_corr[s] - c) < 1e-12 for s, c in corr.items())
     assert stats.bwd_outliers == outliers == 3
+    for code, got in ((OPTYPE_CODE["forward-compute"], stats.stage_fwd_mean),
+                      (OPTYPE_CODE["backward-compute"], stats.stage_bwd_mean)):
+        want = [ops.duration[(ops.optype == code) & (ops.stage == s)].mean() for s in range(stats.pp)]
+        assert np.allclose(got, want, rtol=1e-12, atol=0.0)
     # made once and kept; a copy by dataclasses.replace reads (so makes) the same values
     assert stats.launch_idle is stats.launch_idle and stats.fwd_bwd_corr is stats.fwd_bwd_corr
     copy = replace(stats, steps=stats.steps)
