@@ -10,8 +10,8 @@ slowdown that disappears (the ``rem`` ratio of M_W / M_S, METHOD.md A5).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -345,6 +345,41 @@ def _mask_key(mask: npt.NDArray[np.bool_], ideal_inside: bool) -> tuple[bool, in
     return ideal_inside, len(mask), bits.tobytes()
 
 
+class Deferred(Generic[_T]):
+    """A :class:`TraceStats` statistic given as how to make it: ``make()`` runs on its first read
+    (never, when no detector reads it), then the value is kept (:class:`OnFirstRead`)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], _T]) -> None:
+        self.make = make
+
+
+class OnFirstRead(Generic[_T]):
+    """A :class:`TraceStats` field that takes a value or a :class:`Deferred`: reading it gives the
+    value, made on the first read from a deferred one and then kept. The field is an ordinary
+    one for its readers, the constructor and ``dataclasses.replace`` (which reads it, so makes it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_deferred_{name}"
+
+    @overload
+    def __get__(self, obj: None, objtype: Any = None) -> OnFirstRead[_T]: ...
+    @overload
+    def __get__(self, obj: object, objtype: Any = None) -> _T: ...
+    def __get__(self, obj: object | None, objtype: Any = None) -> _T | OnFirstRead[_T]:
+        if obj is None:
+            raise AttributeError(self.name)  # read on the class: the field has no default
+        value = obj.__dict__[self.slot]
+        if isinstance(value, Deferred):
+            value = value.make()
+            obj.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, obj: object, value: _T | Deferred[_T]) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class TraceStats:
     """Per-worker statistics of one trace, computed once (vectorised) for all detectors.
@@ -360,17 +395,12 @@ class TraceStats:
     rank_of: npt.NDArray[np.int64]  # (dp, pp) traced global rank, -1 if absent
     compute: npt.NDArray[np.float64]  # (S, dp, pp) forward+backward compute seconds per step
     step_time: npt.NDArray[np.float64]  # (S,) measured step time
-    launch_idle: npt.NDArray[np.float64]  # (S, dp, pp) idle seconds before the first forward
-    fwd_bwd_corr: dict[int, float]  # stage -> correlation of per-microbatch fwd and bwd durations
     fwd_bwd_corr_within: dict[int, float]  # the same, each normalised by its own worker-step median
     optimizer: npt.NDArray[np.float64]  # (S, dp, pp) optimizer seconds per step
     fwd_excess: npt.NDArray[np.float64]  # per forward op: excess seconds not mirrored by its backward
     fwd_excess_z: npt.NDArray[np.float64]  # per forward op: robust z-score of that excess
     fwd_index: npt.NDArray[np.int64]  # op-table rows of those forward ops
     fwd_typical: npt.NDArray[np.float64]  # per forward op: median forward of its (stage, chunk)
-    bwd_outliers: int  # backwards whose excess over what their forward explains looks like a pause
-    stage_fwd_mean: npt.NDArray[np.float64]  # (pp,) mean forward-compute duration per stage
-    stage_bwd_mean: npt.NDArray[np.float64]  # (pp,) mean backward-compute duration per stage
     n_ops: int
     optype: npt.NDArray[np.int16]
     op_dp: npt.NDArray[np.int32]
@@ -390,6 +420,18 @@ class TraceStats:
     notes: list[str] = field(default_factory=list)
     _op_worker: npt.NDArray[np.int32] | None = field(default=None, init=False, repr=False, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Statistics that some detectors read only when they match, given as a value or a Deferred
+    # (made on first read: OnFirstRead), keyword-only: the descriptor is no default
+    _: KW_ONLY
+    # (S, dp, pp) idle seconds before the first forward
+    launch_idle: OnFirstRead[npt.NDArray[np.float64]] = OnFirstRead()
+    # stage -> correlation of per-microbatch fwd and bwd durations
+    fwd_bwd_corr: OnFirstRead[dict[int, float]] = OnFirstRead()
+    # backwards whose excess over what their forward explains looks like a pause
+    bwd_outliers: OnFirstRead[int] = OnFirstRead()
+    # (pp,) mean forward- and backward-compute duration per stage
+    stage_fwd_mean: OnFirstRead[npt.NDArray[np.float64]] = OnFirstRead()
+    stage_bwd_mean: OnFirstRead[npt.NDArray[np.float64]] = OnFirstRead()
 
     def cached(self, key: Any, make: Callable[[], npt.NDArray[Any]]) -> npt.NDArray[Any]:
         """``make()`` computed once per ``key`` and shared, read-only: a scenario the detector, its

@@ -424,8 +424,13 @@ def worker_order_statistic(
     counts = n[present]
     out = np.full(n_workers, np.nan)
     if counts.size and (counts == counts[0]).all():
-        ids = worker.astype(np.int16) if n_workers <= np.iinfo(np.int16).max else worker
-        grouped = dur[np.argsort(ids, kind="stable")].reshape(-1, int(counts[0]))
+        if len(worker) < 2 or bool((worker[1:] >= worker[:-1]).all()):
+            # rows already grouped in ascending worker order (a (step, worker) cell's ops stored
+            # together, cells in order): the stable sort is the identity, no sort and no gather
+            grouped = dur.reshape(-1, int(counts[0]))
+        else:
+            ids = worker.astype(np.int16) if n_workers <= np.iinfo(np.int16).max else worker
+            grouped = dur[np.argsort(ids, kind="stable")].reshape(-1, int(counts[0]))
         at = int(pick[present][0])
         out[present] = np.partition(grouped, at, axis=1)[:, at]
         return out
@@ -477,8 +482,7 @@ def fast_op_steps(stats: TraceStats) -> np.ndarray:
         rows = np.flatnonzero(stats.optype == code)
         if not rows.size:
             continue
-        key = (stats.op_step_index[rows].astype(np.int64) * stats.dp + stats.op_dp[rows]) * stats.pp
-        key = key + stats.op_pp[rows]
+        key = stats.op_cell[rows]  # (step_index * dp + dp_rank) * pp + stage, made once
         # each (step, worker)'s order statistic, by a partition where the cells hold alike
         q = worker_order_statistic(key, stats.transfer[rows], stats.n_steps * n_cells, FAST_OP_QUANTILE)
         present = np.isfinite(q)

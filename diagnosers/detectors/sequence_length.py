@@ -132,11 +132,12 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     n_g = int(g.max()) + 1
     col = (p * n_g + g) * 2 + b
     n_col = int(col.max()) + 1
-    worker_step = si * stats.dp + d
-    row = worker_step * (int(mb.max()) + 1) + mb
     v = np.log(stats.transfer[rows])
     m = _normalised_grid(si, d, stats.dp, mb, col, v)
     if m is None:
+        # the grouped path's row keys, made only here (the grid needs none)
+        worker_step = si * stats.dp + d
+        row = worker_step * (int(mb.max()) + 1) + mb
         group = worker_step * n_col + col
         # Rows come in (step, worker) blocks of equal groups: a per-group partition, no full sort.
         v = v - _group_median(group, v)

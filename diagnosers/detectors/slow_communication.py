@@ -521,7 +521,7 @@ def floor_normal(
     Real recordings: the injected send delays' links have floors 1.7-40x their peers'; a healthy
     2x3 job's link that stood out of its peer link by its mean (0.45 s of excess, 57% of the
     slowdown removed by idealising it) has floors 1.02x and 0.98x its peer's."""
-    floors = send_floors(stats, transfer, link, alone_in_call(batch))
+    floors = lone_send_floors(stats, transfer, link, batch)
     out = []
     for name, cells, _ in scored:
         if not name.startswith("pp link") or stats.dp < 2:
@@ -604,6 +604,28 @@ def send_floors(
     return out[:, :, : max(pp - 1, 0)]
 
 
+def lone_send_floors(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    batch: npt.NDArray[np.int64],
+) -> npt.NDArray[np.float64]:
+    """``send_floors(stats, transfer, link, alone_in_call(batch))``. Of the shared arrays (the
+    probe's transfer times, ``p2p_links`` and ``p2p_batch_ids``, which nobody changes) it is made
+    once per trace statistics: the link test (``floor_normal``) and the send-floor candidates ask
+    for the same floors. Other arrays are computed each time. Never change the result."""
+    probe = stats.probe
+    if not (
+        probe is not None
+        and transfer is probe.original
+        and link is p2p_links(stats)[1]
+        and batch is p2p_batch_ids(stats)
+    ):
+        return send_floors(stats, transfer, link, alone_in_call(batch))
+    return stats.shared(SHARED_SEND_FLOORS, lambda: send_floors(stats, transfer, link, alone_in_call(batch)))
+
+
+SHARED_SEND_FLOORS = "slow-communication send floors by lone sends"
+
+
 def floor_candidates(
     stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
     batch: npt.NDArray[np.int64], limit: int = MAX_PROBED,
@@ -613,8 +635,7 @@ def floor_candidates(
     such peer with a floor): the detector's "stands out" convention, read where neither batched
     waits nor sporadic pauses reach. At most ``limit``, the ones whose constant (floor over the
     peers') adds the most time over their transfers first."""
-    alone = alone_in_call(batch)
-    floors = send_floors(stats, transfer, link, alone)
+    floors = lone_send_floors(stats, transfer, link, batch)
     found: list[tuple[float, int, int, int, float]] = []  # (added time, direction, d, s, peer floor)
     for k, (code, _, _, _) in enumerate(_DIRECTIONS):
         sends = np.bincount(link[(stats.optype == code) & (link >= 0)], minlength=stats.dp * stats.pp)

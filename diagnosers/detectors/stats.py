@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.detectors.base import Engine, Probe, TraceStats
+from diagnosers.detectors.base import Deferred, Engine, Probe, TraceStats
 from diagnosers.model import OPTYPE_CODE, Trace
 from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids, reduce_into
@@ -58,10 +58,14 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     step_end = reduce_into(np.maximum, si, end, n_s, -np.inf)
     step_time = step_end - step_start
 
-    launch_idle = _launch_idle(
-        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
-        end=end, is_f=is_f, opened=_opened(trace, steps, size),
-    ).reshape(n_s, dp, pp)
+    def launch_idle() -> npt.NDArray[np.float64]:
+        # read by the dataloader-stall detector only when launch delays slow the job (and by the
+        # kernel-level transport view): made on first read, its op ends made again (the same sums)
+        # rather than kept alive for it
+        return _launch_idle(
+            ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, steps,
+            end=ops.start_ts + ops.duration, is_f=ops.optype == FWD, opened=_opened(trace, steps, size),
+        ).reshape(n_s, dp, pp)
 
     fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
     # each op's microbatch: the trace's id, else its position among the worker's ops of its type
@@ -75,8 +79,12 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         .astype(np.float64)
         .reshape(n_s, dp, pp)
     )
-    stage_fwd_mean = _stage_mean(ops.stage, ops.duration, fwd_rows, pp)
-    stage_bwd_mean = _stage_mean(ops.stage, ops.duration, bwd_rows, pp)
+    # the stage means are read by the stage-imbalance finding once it holds: made on first read
+    # (their rows found again then, rather than kept alive for it)
+    def stage_mean(code: int) -> Deferred[npt.NDArray[np.float64]]:
+        return Deferred(lambda: _stage_mean(ops.stage, ops.duration, np.flatnonzero(ops.optype == code), pp))
+
+    stage_fwd_mean, stage_bwd_mean = stage_mean(FWD), stage_mean(BWD)
 
     probe = Probe(engine) if engine is not None else None
     transfer = probe.original if probe is not None else ops.duration.astype(np.float64)
@@ -88,7 +96,7 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
         rank_of=rank_of,
         compute=compute,
         step_time=step_time,
-        launch_idle=launch_idle,
+        launch_idle=Deferred(launch_idle),
         fwd_bwd_corr=corr,
         fwd_bwd_corr_within=within,
         optimizer=optimizer,
@@ -239,13 +247,13 @@ def _forward_backward(
     bwd_rows: npt.NDArray[np.intp] | None = None,
     op_mb: npt.NDArray[np.int32] | None = None,
 ) -> tuple[
-    dict[int, float],
+    Deferred[dict[int, float]],
     dict[int, float],
     npt.NDArray[np.int64],
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],
-    int,
+    Deferred[int],
 ]:
     """Pair each forward with the backward of the same microbatch and chunk on the same worker.
 
@@ -256,6 +264,7 @@ def _forward_backward(
     z-score of that excess over the stage's forwards. Also the number of backwards that look the
     same way round (excess not mirrored by their forward, robust z >= 8 and >= 20% of a typical
     backward): the control for symmetric heavy-tailed op noise, which a forward-only pause is not.
+    The stage-level correlations and that count come as :class:`Deferred` (made on first read).
 
     ``cell`` (each row's (step index, dp, pp) cell, ``(si * dp + dp_rank) * pp + stage``), the
     forward / backward row indices and ``op_mb`` (each row's ``mb_id``, else its ``seq_id``) may
@@ -281,14 +290,9 @@ def _forward_backward(
     bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
     kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
-    fi, bi = fi[a], bi[b]
-    fd, bd = ops.duration[fi], ops.duration[bi]
-    stage = ops.stage[fi].astype(np.int64)
-    group = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
-    by_chunk = _median_by(group)
-    tf, tb = by_chunk(fd), by_chunk(bd)
-    nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
-    nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
+    fi, bi = fi[a].astype(np.int64), bi[b]
+    pr = _pair_durations(ops, fi, bi, gmax)
+    fd, bd, tf = pr.fd, pr.bd, pr.tf
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
     # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
     wgroup = cell[fi] * gmax + ops.gmc[fi] + 1
@@ -296,26 +300,73 @@ def _forward_backward(
     wf, wb = by_worker(fd), by_worker(bd)
     xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
     xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
-    excess = fd - tf * np.maximum(1.0, nb)
+    excess = fd - tf * np.maximum(1.0, pr.nb)
+    med = pr.by_stage(excess)
+    mad = pr.by_stage(np.abs(excess - med))
+    # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
+    sigma = np.maximum(1.4826 * mad, 0.01 * tf)
+    z = (excess - med) / sigma
+    (within,) = _stage_correlations(pr.stage, _clean(excess, z, tf), pp, (xf, xb))
+
+    # The stage-level correlations (the sequence-length finding's evidence) and the backward
+    # outliers (the GC-pause finding's control) are read only when those detectors match: made on
+    # first read, the pairs' durations and medians made again from the paired rows (the same
+    # values: each stage's correlation is computed on its own, apart from the within-worker ones),
+    # so that no per-pair array is kept alive for them
+    def stage_level() -> dict[int, float]:
+        again = _pair_durations(ops, fi, bi, gmax)
+        return _stage_correlations(again.stage, _clean(excess, z, tf), pp, (again.nf, again.nb))[0]
+
+    def bwd_outliers() -> int:
+        again = _pair_durations(ops, fi, bi, gmax)
+        bd, tb = again.bd, again.tb
+        b_excess = bd - tb * np.maximum(1.0, again.nf)
+        b_med = again.by_stage(b_excess)
+        b_mad = again.by_stage(np.abs(b_excess - b_med))
+        b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
+        return int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
+
+    return Deferred(stage_level), within, fi, excess, z, tf, Deferred(bwd_outliers)
+
+
+def _clean(
+    excess: npt.NDArray[np.float64], z: npt.NDArray[np.float64], typical: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """The paired forwards that do not look paused (the gc-pause rule): the correlations leave the
+    others out, as a pause inside a forward is no data-dependent cost and would hide a
+    sequence-length imbalance beside it."""
+    return ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * typical))
+
+
+class _Pairs(NamedTuple):
+    """Per paired forward/backward: both durations, the forward's stage, the (stage, chunk) group
+    medians of each (``tf``, ``tb``), each duration over its median (``nf``, ``nb``), and the
+    per-stage median function (the (stage, chunk) grouping when chunks are stages)."""
+
+    fd: npt.NDArray[np.float64]
+    bd: npt.NDArray[np.float64]
+    stage: npt.NDArray[np.int64]
+    tf: npt.NDArray[np.float64]
+    tb: npt.NDArray[np.float64]
+    nf: npt.NDArray[np.float64]
+    nb: npt.NDArray[np.float64]
+    by_stage: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+
+
+def _pair_durations(ops: Any, fi: npt.NDArray[np.int64], bi: npt.NDArray[np.intp], gmax: int) -> _Pairs:
+    """The :class:`_Pairs` of the forward rows ``fi`` and their backward rows ``bi``."""
+    fd, bd = ops.duration[fi], ops.duration[bi]
+    stage = ops.stage[fi].astype(np.int64)
+    group = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
+    by_chunk = _median_by(group)
+    tf, tb = by_chunk(fd), by_chunk(bd)
+    nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
+    nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
     # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages,
     # so their grouping serves the stage medians too (as many distinct groups as stages)
     one_chunk = np.count_nonzero(np.bincount(group)) == np.count_nonzero(np.bincount(stage))
     by_stage = by_chunk if one_chunk else _median_by(stage)
-    med = by_stage(excess)
-    mad = by_stage(np.abs(excess - med))
-    # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
-    sigma = np.maximum(1.4826 * mad, 0.01 * tf)
-    z = (excess - med) / sigma
-    # The correlations leave out forwards that look paused (the gc-pause rule): a pause inside a
-    # forward is not data-dependent cost and would hide a sequence-length imbalance beside it.
-    clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
-    corr, within = _stage_correlations(stage, clean, pp, (nf, nb), (xf, xb))
-    b_excess = bd - tb * np.maximum(1.0, nf)
-    b_med = by_stage(b_excess)
-    b_mad = by_stage(np.abs(b_excess - b_med))
-    b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
-    bwd_outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
-    return corr, within, fi.astype(np.int64), excess, z, tf, bwd_outliers
+    return _Pairs(fd, bd, stage, tf, tb, nf, nb, by_stage)
 
 
 def _pairing_keys(

@@ -328,3 +328,136 @@ def test_transient_reads_each_candidates_rows() -> None:
         total = float(per_step.sum())
         want.append(total > 0 and float(per_step.max()) > TRANSIENT_SHARE * total)
     assert len(scored) > 2 and transient(stats, transfer, base, scored) == want and want[-1]
+
+
+def test_lone_send_floors_are_made_once_of_the_shared_arrays() -> None:
+    from diagnosers.detectors.slow_communication import (
+        lone_send_floors,
+        p2p_batch_ids,
+        p2p_links,
+        send_floors,
+    )
+
+    spec = ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=3, scenarios=[Scenario.SLOW_COMMUNICATION])
+    trace = generate(spec).trace
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    transfer, link, batch = stats.probe.original, p2p_links(stats)[1], p2p_batch_ids(stats)
+    want = send_floors(stats, transfer, link, alone_in_call(batch))
+    got = lone_send_floors(stats, transfer, link, batch)
+    assert np.isfinite(want).any() and np.array_equal(got, want, equal_nan=True)
+    assert lone_send_floors(stats, transfer, link, batch) is got  # the shared arrays: made once
+    # any other array (here other transfer times) is computed afresh, never read from the memo
+    other = transfer * 2.0
+    fresh = lone_send_floors(stats, other, link, batch)
+    assert np.array_equal(fresh, send_floors(stats, other, link, alone_in_call(batch)), equal_nan=True)
+    assert not np.array_equal(fresh, got, equal_nan=True)
+
+
+def _plain_forward_backward(trace: Any, si: np.ndarray) -> tuple[dict[int, float], int]:
+    """The stage-level fwd/bwd correlations and the backward-outlier count the plain way: each
+    forward paired with its backward by a dictionary of (step, worker, chunk, microbatch), group
+    medians by ``np.median`` per (stage, chunk) and per stage, one mask per stage."""
+    from diagnosers.detectors.stats import BWD, FWD, OUTLIER_REL, OUTLIER_Z
+
+    ops = trace.ops
+    mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id)
+    columns = (si, ops.dp_rank, ops.stage, ops.gmc, mb)
+    key = list(zip(*(c.tolist() for c in columns), strict=True))
+    back = {key[i]: i for i in np.flatnonzero(ops.optype == BWD).tolist()}
+    pairs = [(i, back[key[i]]) for i in np.flatnonzero(ops.optype == FWD).tolist() if key[i] in back]
+    fi, bi = (np.array(x) for x in zip(*pairs, strict=True))
+    fd, bd, stage, gmc = ops.duration[fi], ops.duration[bi], ops.stage[fi], ops.gmc[fi]
+
+    def by(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.empty_like(values)
+        for g in np.unique(groups):
+            out[groups == g] = np.median(values[groups == g])
+        return out
+
+    chunk = stage * 1000 + gmc
+    tf, tb = by(chunk, fd), by(chunk, bd)
+    nf, nb = fd / tf, bd / tb
+    excess = fd - tf * np.maximum(1.0, nb)
+    med = by(stage, excess)
+    z = (excess - med) / np.maximum(1.4826 * by(stage, np.abs(excess - med)), 0.01 * tf)
+    clean = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
+    corr = {}
+    for s in np.unique(stage).tolist():
+        m = (stage == s) & clean
+        if m.sum() >= 3 and nf[m].std() > 0 and nb[m].std() > 0:
+            corr[s] = float(np.corrcoef(nf[m], nb[m])[0, 1])
+    b_excess = bd - tb * np.maximum(1.0, nf)
+    b_med = by(stage, b_excess)
+    b_z = (b_excess - b_med) / np.maximum(1.4826 * by(stage, np.abs(b_excess - b_med)), 0.01 * tb)
+    return corr, int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_statistics_made_on_first_read_are_the_plain_ones(shuffle: bool) -> None:
+    from dataclasses import replace
+
+    from diagnosers.detectors.base import Deferred
+    from diagnosers.detectors.stats import _launch_idle
+
+    spec = ScenarioSpec(dp=4, pp=3, microbatches=8, steps=4, seed=21,
+                        scenarios=[Scenario.GC_PAUSE, Scenario.DATALOADER_STALL])
+    trace = generate(spec).trace
+    from diagnosers.detectors.stats import BWD
+
+    paused = np.flatnonzero(trace.ops.optype == BWD)[[5, 40, 77]]
+    trace.ops.duration[paused] *= 4.0  # three backwards that look paused: outliers to count
+    if shuffle:
+        trace.ops = trace.ops.take(np.random.default_rng(2).permutation(len(trace.ops)))
+    stats = compute_stats(trace)
+    lazy = ("launch_idle", "fwd_bwd_corr", "bwd_outliers", "stage_fwd_mean", "stage_bwd_mean")
+    # nothing made before it is read
+    assert all(isinstance(stats.__dict__[f"_deferred_{name}"], Deferred) for name in lazy)
+    ops = trace.ops
+    si = stats.op_step_index
+    cell = (si * stats.dp + ops.dp_rank) * stats.pp + ops.stage
+    step_start = np.array([ops.start_ts[si == k].min() for k in range(stats.n_steps)])
+    step_end = np.array([(ops.start_ts + ops.duration)[si == k].max() for k in range(stats.n_steps)])
+    size = stats.n_steps * stats.dp * stats.pp
+    idle = _launch_idle(
+        ops.optype, ops.start_ts, ops.duration, cell, si, step_start, size, step_end, stats.steps
+    )
+    assert np.array_equal(stats.launch_idle, idle.reshape(stats.n_steps, stats.dp, stats.pp))
+    assert stats.launch_idle.max() > 0  # the injected stall
+    corr, outliers = _plain_forward_backward(trace, si)
+    assert stats.fwd_bwd_corr.keys() == corr.keys() and len(corr) == stats.pp
+    assert all(abs(stats.fwd_bwd_corr[s] - c) < 1e-12 for s, c in corr.items())
+    assert stats.bwd_outliers == outliers == 3
+    for code, got in ((OPTYPE_CODE["forward-compute"], stats.stage_fwd_mean),
+                      (OPTYPE_CODE["backward-compute"], stats.stage_bwd_mean)):
+        want = [ops.duration[(ops.optype == code) & (ops.stage == s)].mean() for s in range(stats.pp)]
+        assert np.allclose(got, want, rtol=1e-12, atol=0.0)
+    # made once and kept; a copy by dataclasses.replace reads (so makes) the same values
+    assert stats.launch_idle is stats.launch_idle and stats.fwd_bwd_corr is stats.fwd_bwd_corr
+    copy = replace(stats, steps=stats.steps)
+    assert copy.launch_idle is stats.launch_idle and copy.bwd_outliers == outliers
+    assert replace(stats, bwd_outliers=3).bwd_outliers == 3
+
+
+@pytest.mark.parametrize("layout", ["grouped", "shuffled", "unequal"])
+def test_worker_order_statistic_is_the_per_worker_sort(layout: str) -> None:
+    from diagnosers.detectors.faulty_machine import worker_order_statistic
+
+    rng = np.random.default_rng(5)
+    n_workers, per = 12, 9
+    worker = np.repeat(np.arange(n_workers), per)
+    worker = worker[worker != 4]  # a worker without ops: NaN
+    if layout == "unequal":
+        worker = np.r_[worker, [7, 7, 2]]
+    dur = np.round(rng.lognormal(0.0, 0.4, len(worker)), 2)  # ties
+    if layout != "grouped":
+        order = rng.permutation(len(worker))
+        worker, dur = worker[order], dur[order]
+    for fraction in (0.0, 0.1, 0.5, 1.0):
+        want = np.full(n_workers, np.nan)
+        for w in range(n_workers):
+            mine = np.sort(dur[worker == w])
+            if mine.size:
+                want[w] = mine[int(np.floor(fraction * (mine.size - 1)))]
+        got = worker_order_statistic(worker, dur, n_workers, fraction)
+        assert np.array_equal(got, want, equal_nan=True)
