@@ -491,7 +491,10 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
     """The smallest, over the cells, of the fast-op factor's (``fast_op_factors``) robust z among
     the workers outside ``cells``: distance from their median over the larger of their MAD
     (as a standard deviation) and ``FAST_OP_MIN_SIGMA``. -inf with fewer than two others or no
-    forward/backward ops."""
+    forward/backward ops, and where the per-step fast ops' noise is compute's own
+    (``fast_ops_are_step_sums``): then they are no second look at the machine."""
+    if fast_ops_are_step_sums(stats, cells):
+        return float("-inf")
     factor = fast_op_factors(stats, affected, cells)
     others = _outside(factor, cells, stats)
     others = others[np.isfinite(others)]
@@ -500,6 +503,23 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
     med = float(median(others))
     sigma = max(1.4826 * float(median(np.abs(others - med))), FAST_OP_MIN_SIGMA)
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
+
+
+def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether the per-step fast ops (``fast_op_steps``) move with compute from step to step as
+    one measurement: their noise correlation (``peers.noise_correlation``, ``cells`` left out)
+    above ``FAST_OP_MAX_RHO``. False without forward or backward ops in every worker-step.
+
+    Why: where one factor per (step, worker) scales every op alike (whole steps slowed by CPU
+    contention: the generator's step noise, 0.995-0.9998), a healthy worker whose few steps all
+    ran long has fast ops as long as its step sums, so its fast-op factor repeats compute's
+    evidence rather than adding to it (tune6 ``healthy-step-noise-6``: dp 2 x pp 11, 4 steps of
+    +-30%, compute 2.2-2.8 sigma out, its fast ops 4.9 sigma, named a faulty machine). The
+    example job's recordings (sporadic descheduling) correlate at 0-0.91, median 0.56."""
+    fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
+    if not (fast > 0).all():
+        return False
+    return noise_correlation(stats.compute, fast, cells) > FAST_OP_MAX_RHO
 
 
 def small_job_outlier_bar(n_workers: int) -> float:
