@@ -257,3 +257,39 @@ def test_step_bursts_lengthen_only_the_hit_pairs_and_leave_other_jobs_as_they_we
                 m = (a.step[fwd] == st) & (a.dp_rank[fwd] == d) & (a.stage[fwd] == s)
                 assert hit[m].all() or not hit[m].any()
     assert bursty.step_time > plain.step_time
+
+
+# --- the set-6 round: rules changed on tune5, tune6 and set 5's second look ----------------------
+
+
+@pytest.mark.parametrize(
+    ("which", "name"),
+    [
+        # dp 2 x pp 11, 4 steps of +-30% step noise: the fast ops repeated the step sums' 2.2-2.8
+        # sigma as 4.9 (fast_ops_are_step_sums: no second look where one factor moves every op)
+        ("tune6", "healthy-step-noise-6"),
+        # dp 4 x pp 4, 4 steps of +-23%: 6.2 "sigma" out of the deflated step floor, 4.5 of the
+        # unbiased one (unbiased_typical_sigma in outlier_z)
+        ("tune5", "healthy-step-noise-8"),
+        # two workers (dp 2 x pp 1), 3 steps of +-40-50%: the floor read from the pair's successive
+        # steps, where it was left at 0.5% with nobody outside the candidate
+        ("tune6", "healthy-step-noise-few-1"),
+        ("tune6", "job-stall-small-9"),
+        # dp 1 x pp 2, 5 steps of +-43%: a stage 1.13x the other, compared with nobody (z = inf),
+        # on a measured step floor of 24%
+        ("tune6", "job-stall-small-5"),
+        # dp 8 x pp 1, 5 steps of +-46%: the outlier-worker fallback's bar (sqrt(2 ln n) + 0.5)
+        # was 2.5 against a healthy worker's 2.6; the joint test's bar holds where no second look
+        # exists
+        ("tune6", "healthy-step-noise-few-0"),
+        # dp 12 x pp 2, step bursts: a worker hit in 3 of 4 steps, its fourth at its peers' level
+        ("tune6", "healthy-step-bursts-2"),
+        # set 5's three false machines of its one run (seen data since)
+        (5, "healthy-step-noise-5"),
+        (5, "healthy-step-noise-mild-gpu-2"),
+        (5, "job-stall-small-4"),
+    ],
+)
+def test_set6_round_no_machine_on_a_healthy_job_of_few_noisy_steps(which: int | str, name: str) -> None:
+    o = _outcome_of(which, name)
+    assert o.healthy and not o.false_machine_or_gc, o.got
