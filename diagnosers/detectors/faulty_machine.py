@@ -519,8 +519,9 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
 def unbiased_typical_sigma(floor: NoiseFloor, n_steps: int) -> float:
     """The spread step noise alone gives a median of ``n_steps`` ratios, the step floor read
     without the few-steps bias of the MAD around each worker's own median
-    (``peers.median_mad_deflation``)."""
-    return floor.step / median_mad_deflation(floor.n_steps) * 1.25 / np.sqrt(max(n_steps, 1))
+    (``peers.median_mad_deflation``; a floor read through successive steps has no such bias)."""
+    step = floor.step if floor.step_unbiased else floor.step / median_mad_deflation(floor.n_steps)
+    return step * 1.25 / np.sqrt(max(n_steps, 1))
 
 
 def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
@@ -646,6 +647,7 @@ def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
         # they keep the unmeasured floor (kineto_plain_heldout8 ddp-slow-2rank, see
         # docs/ACCURACY.md "Held-out set 5").
         floor.step = max(floor.step, successive_step_spread(stats.compute))
+        floor.step_unbiased = True
     if (stats.optimizer > 0).all():
         floor.optimizer = noise_floor(stats.optimizer, exclude=exclude).step
         # Independent only as far as the job's noise says: a per-worker-step slowdown (a busy
@@ -760,8 +762,17 @@ def _normal_step(stats: TraceStats, kept: list[CellTiming], floor: NoiseFloor) -
     typical 0.42 on a floor of 2%, its fourth step at its peers' level, named faulty-machine 0.59)."""
     if not fast_ops_are_step_sums(stats, [t.cell for t in kept]):
         return False
-    reach = small_job_outlier_bar(stats.n_steps) * floor.step / median_mad_deflation(floor.n_steps)
-    return any(float(t.r.min()) < t.typical - reach for t in kept)
+    reach = small_job_outlier_bar(stats.n_steps) * unbiased_typical_sigma(floor, 1) / 1.25
+    for t in kept:
+        d, p = t.cell
+        own = np.log(np.maximum(stats.compute[:, d, p], 1e-12))
+        # ... and normal in its own compute too, not only against its peers: with DP 2 the
+        # reference is one peer, and a burst on that peer brings a slow machine's ratio down
+        # to 1 in that step (tune6 faulty-weak-bursts-10, -11)
+        normal = (t.r < t.typical - reach) & (own < float(median(own)) - reach)
+        if normal.any():
+            return True
+    return False
 
 
 @register(CauseId.FAULTY_MACHINE)

@@ -293,3 +293,20 @@ def test_step_bursts_lengthen_only_the_hit_pairs_and_leave_other_jobs_as_they_we
 def test_set6_round_no_machine_on_a_healthy_job_of_few_noisy_steps(which: int | str, name: str) -> None:
     o = _outcome_of(which, name)
     assert o.healthy and not o.false_machine_or_gc, o.got
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # dp 2 x pp 1, 4 steps of +-16%: a 1.53x machine compared with its one peer on a floor read
+        # through successive steps (no few-steps bias to correct: NoiseFloor.step_unbiased)
+        "faulty-weak-step-noise-6",
+        # dp 2: a burst on the one peer brings the slow machine's ratio to 1 in that step; its own
+        # compute is not normal there, so the step is no "normal step" (_normal_step)
+        "faulty-weak-bursts-10",
+        "faulty-weak-bursts-11",
+    ],
+)
+def test_set6_round_a_weak_machine_under_step_noise_or_bursts_is_still_found(name: str) -> None:
+    o = _outcome_of("tune6", name)
+    assert o.top1_ok and o.got[0][0] == "faulty-machine", o.got
