@@ -29,6 +29,12 @@ reads compute with the worker's per-step fastest ops (``_fast_op_onset``: a thro
 lengthens every op from its onset on, a busy host's descheduling only some). When S_w is hot nearly
 everywhere (every worker's own noise costs the job as much), the suspects are the workers whose
 own compute is slowest against their stage peers (``own_suspects``).
+
+Where whole steps move together instead (one factor per worker-step scales every op alike:
+``fast_ops_are_step_sums``), the step sums are the only evidence: the fast ops are no second look,
+the outlier spread is the step floor without its few-steps bias (``unbiased_typical_sigma``), a
+two-worker job reads its noise from the pair's successive steps, and a candidate that ran at its
+normal speed in some step is no machine (``_normal_step``).
 """
 
 from __future__ import annotations
@@ -373,9 +379,8 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     # Floor the spread at 0.1%: below that, clocks and timers, not GPUs, set the differences.
     sigma = max(1.4826 * float(median(np.abs(others - med))), 1e-3)
     if floor is not None and affected is not None:
-        step = floor.step
         n_aff = int(affected.sum())
-        sigma = max(sigma, step * 1.25 / np.sqrt(max(n_aff, 1)))
+        sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(n_aff, 1)))
         if fast_ops_are_step_sums(stats, cells):
             # Whole steps move together (no second look exists): the factor is a median of a few
             # noisy steps and nothing else, so the step spread is read without the few-steps bias
