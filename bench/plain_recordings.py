@@ -22,6 +22,8 @@ the position round's rule changes and any diagnosis of it, run once at that roun
 the far-forward round's rule changes and any diagnosis of it, run once at that round's end;
 ``kineto_plain_heldout11`` (``--part heldout11``) an eleventh, balanced as the seventh, stored
 before any diagnosis of it at the start of the put-back round, run once at its end;
+``kineto_plain_heldout12`` (``--part heldout12``) a twelfth, balanced as the seventh, stored before
+any diagnosis of it at the start of the round that follows, run once at its end;
 ``kineto_plain_tune2`` (``--part tune2``) five tuning recordings of 3 and 4 ranks,
 ``kineto_plain_tune3`` (``--part tune3``) six of the position round (healthy 2-rank DDP, weak
 FSDP2 slow ranks). Per
@@ -45,7 +47,7 @@ PARTS = {"tuning": "kineto_plain", "heldout": "kineto_plain_heldout", "heldout2"
          "heldout5": "kineto_plain_heldout5", "heldout6": "kineto_plain_heldout6",
          "heldout7": "kineto_plain_heldout7", "heldout8": "kineto_plain_heldout8",
          "heldout9": "kineto_plain_heldout9", "heldout10": "kineto_plain_heldout10",
-         "heldout11": "kineto_plain_heldout11",
+         "heldout11": "kineto_plain_heldout11", "heldout12": "kineto_plain_heldout12",
          "tune2": "kineto_plain_tune2", "tune3": "kineto_plain_tune3"}
 # parts stored but not yet run once: ``--part all`` leaves them out (they are diagnosed only by
 # their one run, ``--part <name>``)
@@ -86,7 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heldout", action="store_true", help="run the first held-out recordings instead")
     ap.add_argument("--part", choices=[*sorted(PARTS), "all"],
-                    help="run this part (heldout2 ... heldout11: the second to eleventh held-out sets; "
+                    help="run this part (heldout2 ... heldout12: the second to twelfth held-out sets; "
                          "all: every part already run once, one after the other, with the total)")
     args = ap.parse_args()
     part = args.part or ("heldout" if args.heldout else "tuning")
