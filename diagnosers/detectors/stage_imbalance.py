@@ -40,6 +40,7 @@ from diagnosers.detectors.base import (
     real_share,
     rounded,
 )
+from diagnosers.detectors.faulty_machine import FAST_OUTLIER_STEP, FLOOR_GAP, fastest_ops, leave_one_out_ratios
 from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
@@ -152,6 +153,39 @@ def _known_heavy(stats: TraceStats, stage: int) -> bool:
     return bool(layers[stage] > float(median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
 
 
+def _one_fast_op_outlier(stats: TraceStats, stage: int) -> int | None:
+    """The DP rank of ``stage`` whose fastest forward and fastest backward of the window both run
+    at least ``FAST_OUTLIER_STEP`` (1.5x) its row peers' (``leave_one_out_ratios`` of
+    ``fastest_ops``) and whose log excess is at least ``FLOOR_GAP`` times every other DP rank's of
+    the row (it stands alone); None when there is none, or the partition gives the stage more layers.
+
+    Why: with small DP a slow worker's peer waits for it in the stage's collectives, so the pair
+    fills the row and reads as a heavy stage. A stage's weight (embedding, head and loss, layers)
+    lengthens every DP rank's ops alike, at their best too; it does not put one rank's fastest ops
+    far above its row peers' fastest. A stage the partition makes heavier keeps its reading (its
+    weight is known; a slow machine on it is the faulty-machine detector's to add).
+    Microbatched jobs only (a kernel-level job's compute ops are no like-for-like ops)."""
+    if stats.dp < 2 or not stats.microbatches:
+        return None
+    layers = stats.layers_per_stage
+    if layers is not None and len(layers) == stats.pp and layers[stage] > float(
+        median(np.delete(np.asarray(layers, dtype=np.float64), stage))
+    ):
+        return None
+    fastest = fastest_ops(stats, np.ones(stats.n_steps, dtype=bool))[:, :, stage]  # (2, dp)
+    if not (np.isfinite(fastest).all() and (fastest > 0).all()):
+        return None
+    logs = leave_one_out_ratios(fastest[:, :, None])[:, :, 0]  # (2, dp)
+    score = logs.mean(axis=0)
+    d = int(np.argmax(score))
+    if float(logs[:, d].min()) < np.log(FAST_OUTLIER_STEP):
+        return None
+    rest = np.delete(score, d)
+    if rest.size and float(rest.max()) > 0 and float(score[d]) < FLOOR_GAP * float(rest.max()):
+        return None
+    return d
+
+
 def _heavy_row(
     stats: TraceStats, report: Report, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
@@ -229,6 +263,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         if by_stage[hot] <= 1.0:
             return None
         row_info = _heavy_row(stats, report, comp, hot)
+        if row_info is not None and _one_fast_op_outlier(stats, hot) is not None:
+            return None  # one worker carries the row: a slow machine and its waiting peers
         if row_info is not None:
             break
     else:
