@@ -40,7 +40,12 @@ from diagnosers.detectors.base import (
     real_share,
     rounded,
 )
-from diagnosers.detectors.faulty_machine import FAST_OUTLIER_STEP, FLOOR_GAP, fastest_ops, leave_one_out_ratios
+from diagnosers.detectors.faulty_machine import (
+    FAST_OUTLIER_STEP,
+    FLOOR_GAP,
+    fastest_ops,
+    leave_one_out_ratios,
+)
 from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD

@@ -3,9 +3,9 @@ a balanced sample of the classes; its run-once figure in docs/ACCURACY.md, "Tent
 recordings the diagnosis gets right (top cause and its ranks, scored by ``bench/recordings.py``
 against ``injections.json``).
 
-Pins the figure written in the docs (now its second look), both ways: a rule change that loses a recording fails here,
-and one that gains a missed one fails too, so the figure in the docs is updated with it (and then
-stated as a second look, since this part is seen data after its one run)."""
+Pins the figure written in the docs (now its second look), both ways: a rule change that loses a
+recording fails here, and one that gains a missed one fails too, so the figure in the docs is
+updated with it (and then stated as a second look, since this part is seen data after its one run)."""
 
 from __future__ import annotations
 
