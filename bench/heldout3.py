@@ -41,7 +41,17 @@ steps, some under step noise) and ``healthy-step-noise-mild-gpu`` (±30–50% st
 slower GPU). Both were fixed before any rule change of the round; set 5 was not run before its
 one fresh run.
 
-    .venv/bin/python bench/heldout3.py [--set 3|4|5|tune5] [--family NAME] [--verbose] [--json]
+``--set 6`` (held out) and ``--set tune6`` (its tuning companion) draw from two more seeds on
+shapes no earlier set drew (``SHAPES_6``: depths 11, 13, 14, 16 beside 2; DP 8, 12, 14, 16, 30
+beside 1 and 2; cp 8; vpp 6; 4 or 32 GPUs per host; 7, 11, 14 steps; first step ids 1, 13, 1000)
+with a wider per-job cost draw (``_cost`` style "6"), and four families more (``SET6_NEW``):
+healthy jobs under heavy step noise (sigma 0.18-0.3) over 3-5 steps on up to 16 x 11 workers,
+healthy jobs under step *bursts* (a (step, worker) pair 1.25-1.9x now and then,
+``CostModel.step_burst_prob``), and weak real slow machines (1.15-1.6x) under each of the two:
+96 healthy jobs of 312. Fixed and committed before any rule change of its round; set 6 is run once
+at the end of the round.
+
+    .venv/bin/python bench/heldout3.py [--set 3|4|5|tune5|6|tune6] [--family NAME] [--verbose] [--json]
                                        [--list] [--subset N]
 """
 
@@ -70,7 +80,10 @@ S = Scenario
 SET3_SEED = 3_2026_1201
 # Set 4: the same families from another seed, defined (and committed) after set 3's fixes and
 # before it was ever run: a fresh figure for those fixes on unseen draws of the same new shapes.
-SEEDS: dict[int | str, int] = {3: SET3_SEED, 4: 4_2026_1201, 5: 5_2026_1202, "tune5": 51_2026_1202}
+SEEDS: dict[int | str, int] = {
+    3: SET3_SEED, 4: 4_2026_1201, 5: 5_2026_1202, "tune5": 51_2026_1202,
+    6: 6_2026_1202, "tune6": 61_2026_1202,
+}
 PER_FAMILY = 12
 CLEAR = 1.05
 MAX_WORKERS = 240
@@ -101,6 +114,7 @@ class Shapes:
     noise_steps: tuple[int, ...] = (3, 8, 10)
     long_steps: tuple[int, ...] = (3, 8, 10, 12)  # GC and job-wide stalls
     onset_steps: tuple[int, ...] = (8, 10, 12)
+    cost: str = "3"  # which per-job cost draw (``_cost``): "3" for sets 3-5, "6" for set 6
 
 
 SHAPES_3 = Shapes()
@@ -123,7 +137,30 @@ SHAPES_5 = Shapes(
     long_steps=(3, 4, 6, 9),
     onset_steps=(6, 7, 9),
 )
-SHAPES: dict[int | str, Shapes] = {3: SHAPES_3, 4: SHAPES_3, 5: SHAPES_5, "tune5": SHAPES_5}
+# Set 6's shapes: depths, DP sizes, cp, vpp, GPUs per host, step counts and first step ids no earlier
+# set drew (DP 1 and 2 and depth 2 stay beside them: small jobs are where the noise floor is
+# hardest to read), and its own cost draw (``_cost``, "6").
+SHAPES_6 = Shapes(
+    dps=(1, 2, 8, 12, 14, 16, 30),
+    pps=(2, 11, 13, 14, 16),
+    deep=(11, 13, 14, 16),
+    mix_pps=(11, 13, 14),
+    noise_dps=(2, 8, 12, 14, 16),
+    noise_pps=(1, 2, 11),
+    tps=(1, 1, 2, 4),
+    cps=(1, 1, 1, 8),
+    vpps=(2, 6),
+    gphs=(4, 8, 32),
+    steps=(3, 4, 7, 11, 14),
+    first_steps=(1, 13, 1000),
+    noise_steps=(3, 4, 5, 7),
+    long_steps=(3, 5, 7, 11),
+    onset_steps=(7, 11, 14),
+    cost="6",
+)
+SHAPES: dict[int | str, Shapes] = {
+    3: SHAPES_3, 4: SHAPES_3, 5: SHAPES_5, "tune5": SHAPES_5, 6: SHAPES_6, "tune6": SHAPES_6,
+}
 
 
 @dataclass
@@ -135,8 +172,18 @@ class H3Case:
     stall: float = 0.0  # the launch stall injected, seconds (0 = none)
 
 
-def _cost(rng: random.Random) -> CostModel:
-    """A cost model unlike the default: other layer counts, layer times, backward ratios, noise."""
+def _cost(rng: random.Random, style: str = "3") -> CostModel:
+    """A cost model unlike the default: other layer counts, layer times, backward ratios, noise.
+    Style "6" (set 6) draws from wider ranges the earlier sets never used: 3, 5, 10 or 16 layers
+    per stage, 2-25 ms per layer, backward 1.5-2.6x, op sigma 0.5-3.5%, worker sigma 0.1-1%."""
+    if style == "6":
+        return CostModel(
+            layers_per_middle_stage=rng.choice([3, 5, 10, 16]),
+            layer_fwd=round(math.exp(rng.uniform(math.log(2e-3), math.log(25e-3))), 5),
+            bwd_ratio=round(rng.uniform(1.5, 2.6), 2),
+            op_sigma=round(rng.uniform(0.005, 0.035), 4),
+            worker_sigma=round(rng.uniform(0.001, 0.01), 4),
+        )
     return CostModel(
         layers_per_middle_stage=rng.choice([4, 6, 8, 12]),
         layer_fwd=round(math.exp(rng.uniform(math.log(3e-3), math.log(15e-3))), 5),
@@ -233,8 +280,10 @@ def _spec(scenarios: list[Scenario], magnitude: float, kw: dict[str, object], **
 def _one(family: str, rng: random.Random, sh: Shapes = SHAPES_3) -> tuple[ScenarioSpec, CostModel, float]:
     """One job of ``family`` on the shapes ``sh``: its spec, cost model and launch stall (seconds,
     0 if none)."""
-    cost = _cost(rng)
+    cost = _cost(rng, sh.cost)
     stall = 0.0
+    if family in SET6_NEW:
+        return _one6(family, rng, sh, cost)
     if family in ("healthy-mild-gpu", "healthy-step-noise-mild-gpu"):
         # Heavy per-op noise (or step noise) and one GPU 1.5-3.5% slower than its peers: the spread
         # of a healthy fleet, which no faulty-machine finding may name (not labelled).
@@ -363,6 +412,49 @@ def _one(family: str, rng: random.Random, sh: Shapes = SHAPES_3) -> tuple[Scenar
     raise ValueError(family)  # pragma: no cover - FAMILIES is closed
 
 
+# Set 6's new families: healthy jobs under heavy step noise over few steps (more workers, so the
+# slowest of them stands further out by chance), healthy jobs under step *bursts* (a worker loses
+# its cores for a step now and then: ``CostModel.step_burst_prob``), and weak real slow machines
+# under the same two noises, so that a rule which quiets the healthy ones is also asked to keep
+# the real ones.
+SET6_NEW = (
+    "healthy-step-noise-few",
+    "healthy-step-bursts",
+    "faulty-weak-step-noise",
+    "faulty-weak-bursts",
+)
+
+
+def _bursts(rng: random.Random) -> dict[str, object]:
+    """Step bursts: 5-25% of (step, worker) pairs 1.25-1.9x, with a little step noise beside."""
+    lo = round(rng.uniform(0.25, 0.5), 3)
+    return {
+        "step_burst_prob": round(rng.uniform(0.05, 0.25), 3),
+        "step_burst": (lo, round(lo + rng.uniform(0.1, 0.4), 3)),
+        "step_sigma": round(rng.uniform(0.0, 0.08), 3),
+    }
+
+
+def _one6(
+    family: str, rng: random.Random, sh: Shapes, cost: CostModel
+) -> tuple[ScenarioSpec, CostModel, float]:
+    """One job of a family new in set 6 (``SET6_NEW``)."""
+    if family == "healthy-step-noise-few":
+        kw = _layout(rng, dps=sh.noise_dps, pps=sh.noise_pps, steps=(3, 4, 5), shapes=sh)
+        cost = cost.model_copy(update={"step_sigma": round(rng.uniform(0.18, 0.3), 3)})
+        return ScenarioSpec(**kw), cost, 0.0  # type: ignore[arg-type]
+    if family == "healthy-step-bursts":
+        kw = _layout(rng, dps=sh.noise_dps, pps=sh.noise_pps, steps=sh.noise_steps, shapes=sh)
+        return ScenarioSpec(**kw), cost.model_copy(update=_bursts(rng)), 0.0  # type: ignore[arg-type]
+    kw = _layout(rng, min_dp=2, dps=sh.noise_dps, pps=sh.noise_pps, steps=(4, 5, 7, 11), shapes=sh)
+    kw["worker"] = _worker(rng, kw)
+    if family == "faulty-weak-step-noise":
+        cost = cost.model_copy(update={"step_sigma": round(rng.uniform(0.1, 0.25), 3)})
+    else:
+        cost = cost.model_copy(update=_bursts(rng))
+    return _spec([S.FAULTY_MACHINE], round(rng.uniform(1.15, 1.6), 3), kw), cost, 0.0
+
+
 MIX_POOL = [
     S.STAGE_IMBALANCE,
     S.STAGE_IMBALANCE_FIRST,
@@ -379,7 +471,7 @@ STAGES = {S.STAGE_IMBALANCE, S.STAGE_IMBALANCE_FIRST, S.STAGE_IMBALANCE_LAYERS}
 
 def _mix(rng: random.Random, n_causes: int, sh: Shapes = SHAPES_3) -> tuple[ScenarioSpec, CostModel, float]:
     """A job with ``n_causes`` causes, each with its own magnitude (weak to strong)."""
-    cost = _cost(rng)
+    cost = _cost(rng, sh.cost)
     kw = _layout(rng, min_dp=2, pps=sh.mix_pps, shapes=sh)
     while True:
         mix = rng.sample(MIX_POOL, n_causes)
@@ -437,11 +529,15 @@ MIX_JOBS = {2: 18, 3: 6}
 # Set 5 (and its tuning companion) add three healthy families: with job-stall and the two healthy
 # families above, 72 healthy jobs of varied noise.
 FAMILIES_5 = [*FAMILIES, "healthy-mild-gpu", "job-stall-small", "healthy-step-noise-mild-gpu"]
-SET_FAMILIES: dict[int | str, list[str]] = {3: FAMILIES, 4: FAMILIES, 5: FAMILIES_5, "tune5": FAMILIES_5}
+# Set 6 (and its tuning companion) add four: 96 healthy jobs of 312, 36 weak machines under noise.
+FAMILIES_6 = [*FAMILIES_5, *SET6_NEW]
+SET_FAMILIES: dict[int | str, list[str]] = {
+    3: FAMILIES, 4: FAMILIES, 5: FAMILIES_5, "tune5": FAMILIES_5, 6: FAMILIES_6, "tune6": FAMILIES_6,
+}
 
 
 def set3_cases(which: int | str = 3) -> list[H3Case]:
-    """The fixed list ``which`` (3, 4, 5 or "tune5"): every family's jobs, then the mixes
+    """The fixed list ``which`` (3, 4, 5, "tune5", 6 or "tune6"): every family's jobs, then the mixes
     (deterministic in ``SEEDS[which]``, on ``SHAPES[which]``)."""
     seed, sh = SEEDS[which], SHAPES[which]
     cases: list[H3Case] = []
@@ -626,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument(
         "--set", default="3", choices=[str(k) for k in SEEDS],
-        help="set 3, set 4 (other seed), set 5 (other seed and shapes) or tune5 (set 5's tuning companion)",
+        help="set 3, set 4 (other seed), set 5 (other seed and shapes), tune5 (set 5's tuning "
+        "companion), set 6 (other seeds, shapes, costs and noise) or tune6 (its tuning companion)",
     )
     args = ap.parse_args(argv)
     which: int | str = int(args.set) if args.set.isdigit() else args.set

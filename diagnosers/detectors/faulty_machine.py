@@ -29,6 +29,12 @@ reads compute with the worker's per-step fastest ops (``_fast_op_onset``: a thro
 lengthens every op from its onset on, a busy host's descheduling only some). When S_w is hot nearly
 everywhere (every worker's own noise costs the job as much), the suspects are the workers whose
 own compute is slowest against their stage peers (``own_suspects``).
+
+Where whole steps move together instead (one factor per worker-step scales every op alike:
+``fast_ops_are_step_sums``), the step sums are the only evidence: the fast ops are no second look,
+the outlier spread is the step floor without its few-steps bias (``unbiased_typical_sigma``), a
+two-worker job reads its noise from the pair's successive steps, and a candidate that ran at its
+normal speed in some step is no machine (``_normal_step``).
 """
 
 from __future__ import annotations
@@ -57,11 +63,13 @@ from diagnosers.detectors.peers import (
     joint_series,
     level_shift,
     log_ratios,
+    median_mad_deflation,
     noise_correlation,
     noise_floor,
     partition_explains,
     peer_ratio,
     peer_reference,
+    successive_step_spread,
 )
 from diagnosers.detectors.registry import register, register_beside, register_fallback
 from diagnosers.detectors.sequence_length import COHERENCE, COHERENCE_Z, microbatch_coherence
@@ -375,7 +383,15 @@ def outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndar
     # Floor the spread at 0.1%: below that, clocks and timers, not GPUs, set the differences.
     sigma = max(1.4826 * float(median(np.abs(others - med))), 1e-3)
     if floor is not None and affected is not None:
-        sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(int(affected.sum()), 1)))
+        n_aff = int(affected.sum())
+        sigma = max(sigma, floor.step * 1.25 / np.sqrt(max(n_aff, 1)))
+        if fast_ops_are_step_sums(stats, cells):
+            # Whole steps move together (no second look exists): the factor is a median of a few
+            # noisy steps and nothing else, so the step spread is read without the few-steps bias
+            # of the MAD around each worker's own median (``peers.median_mad_deflation``: 0.72 of
+            # sigma at 4 steps). tune5 healthy-step-noise-8: 4 steps of +-23%, a healthy worker's
+            # typical 0.45 stood 6.2 "sigma" out of a deflated spread, 4.5 of the unbiased one.
+            sigma = max(sigma, unbiased_typical_sigma(floor, n_aff))
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
 
 
@@ -562,7 +578,10 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
     """The smallest, over the cells, of the fast-op factor's (``fast_op_factors``) robust z among
     the workers outside ``cells``: distance from their median over the larger of their MAD
     (as a standard deviation) and ``FAST_OP_MIN_SIGMA``. -inf with fewer than two others or no
-    forward/backward ops."""
+    forward/backward ops, and where the per-step fast ops' noise is compute's own
+    (``fast_ops_are_step_sums``): then they are no second look at the machine."""
+    if fast_ops_are_step_sums(stats, cells):
+        return float("-inf")
     factor = fast_op_factors(stats, affected, cells)
     others = _outside(factor, cells, stats)
     others = others[np.isfinite(others)]
@@ -571,6 +590,31 @@ def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected:
     med = float(median(others))
     sigma = max(1.4826 * float(median(np.abs(others - med))), FAST_OP_MIN_SIGMA)
     return float(min((factor[d, p] - med) / sigma for d, p in cells))
+
+
+def unbiased_typical_sigma(floor: NoiseFloor, n_steps: int) -> float:
+    """The spread step noise alone gives a median of ``n_steps`` ratios, the step floor read
+    without the few-steps bias of the MAD around each worker's own median
+    (``peers.median_mad_deflation``; a floor read through successive steps has no such bias)."""
+    step = floor.step if floor.step_unbiased else floor.step / median_mad_deflation(floor.n_steps)
+    return step * 1.25 / np.sqrt(max(n_steps, 1))
+
+
+def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
+    """Whether the per-step fast ops (``fast_op_steps``) move with compute from step to step as
+    one measurement: their noise correlation (``peers.noise_correlation``, ``cells`` left out)
+    above ``FAST_OP_MAX_RHO``. False without forward or backward ops in every worker-step.
+
+    Why: where one factor per (step, worker) scales every op alike (whole steps slowed by CPU
+    contention: the generator's step noise, 0.995-0.9998), a healthy worker whose few steps all
+    ran long has fast ops as long as its step sums, so its fast-op factor repeats compute's
+    evidence rather than adding to it (tune6 ``healthy-step-noise-6``: dp 2 x pp 11, 4 steps of
+    +-30%, compute 2.2-2.8 sigma out, its fast ops 4.9 sigma, named a faulty machine). The
+    example job's recordings (sporadic descheduling) correlate at 0-0.91, median 0.56."""
+    fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
+    if not (fast > 0).all():
+        return False
+    return noise_correlation(stats.compute, fast, cells) > FAST_OP_MAX_RHO
 
 
 def small_job_outlier_bar(n_workers: int) -> float:
@@ -668,6 +712,18 @@ def job_floor(stats: TraceStats, exclude: list[tuple[int, int]]) -> NoiseFloor:
     with the optimizer's step spread beside it when every worker-step has an optimizer op and its
     noise is not mostly compute's (``peers.noise_correlation`` at most ``JOINT_MAX_RHO``)."""
     floor = noise_floor(stats.compute, exclude=exclude)
+    if stats.dp >= 2 and not _noise_sample_left(stats, exclude) and fast_ops_are_step_sums(stats, []):
+        # No peer pair is left outside the candidates (two workers: DP 2 x PP 1), so the floor
+        # was not measured; where whole steps move together (every op of a worker-step alike,
+        # read over all the workers: nothing else is left) the pair's ratio, through the
+        # differences of successive steps, reads the step noise, which a persistently slow
+        # worker does not move (tune6 healthy-step-noise-few-1, job-stall-small-9: 3 steps of
+        # +-40%, a healthy worker 1.2x its one peer named faulty-machine 0.99 on the 0.5%
+        # floor). The real two-rank recordings' fast ops correlate with compute at 0.1-0.85:
+        # they keep the unmeasured floor (kineto_plain_heldout8 ddp-slow-2rank, see
+        # docs/ACCURACY.md "Held-out set 5").
+        floor.step = max(floor.step, successive_step_spread(stats.compute))
+        floor.step_unbiased = True
     if (stats.optimizer > 0).all():
         floor.optimizer = noise_floor(stats.optimizer, exclude=exclude).step
         # Independent only as far as the job's noise says: a per-worker-step slowdown (a busy
@@ -768,6 +824,33 @@ def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list
     return None
 
 
+def _normal_step(stats: TraceStats, kept: list[CellTiming], floor: NoiseFloor) -> bool:
+    """Whether a persistently slow candidate ran at its normal speed in some step, where whole
+    steps move together (``fast_ops_are_step_sums``): a step whose ratio to its peers sits more
+    than ``small_job_outlier_bar(steps)`` unbiased step sigmas (``peers.median_mad_deflation``)
+    under the candidate's typical ratio, further down than the lowest of its steps would by
+    noise.
+
+    Why: a slow machine is slow in every step, by its factor and the job's step noise; bursts of
+    contention (a process losing its cores for a step now and then) make a healthy worker slow in
+    the steps they hit and normal in the others, and the step floor, a MAD, does not see bursts
+    that hit few steps (tune6 healthy-step-bursts-2: dp 12 x pp 2, a worker hit in 3 of 4 steps,
+    typical 0.42 on a floor of 2%, its fourth step at its peers' level, named faulty-machine 0.59)."""
+    if not fast_ops_are_step_sums(stats, [t.cell for t in kept]):
+        return False
+    reach = small_job_outlier_bar(stats.n_steps) * unbiased_typical_sigma(floor, 1) / 1.25
+    for t in kept:
+        d, p = t.cell
+        own = np.log(np.maximum(stats.compute[:, d, p], 1e-12))
+        # ... and normal in its own compute too, not only against its peers: with DP 2 the
+        # reference is one peer, and a burst on that peer brings a slow machine's ratio down
+        # to 1 in that step (tune6 faulty-weak-bursts-10, -11)
+        normal = (t.r < t.typical - reach) & (own < float(median(own)) - reach)
+        if normal.any():
+            return True
+    return False
+
+
 @register(CauseId.FAULTY_MACHINE)
 def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match persistently hot cells (or cells hot from an onset on), clustered by host when a
@@ -792,6 +875,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     if timed is None:
         return None
     kept, is_onset = timed
+    if not is_onset and _normal_step(stats, kept, floor):
+        return None
     cells = [t.cell for t in kept]
     hosts = host_cluster(stats, cells)
     affected = np.ones(stats.n_steps, dtype=bool)
@@ -822,6 +907,14 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
                    and z >= small_job_outlier_bar(n_workers)
                    and slow_positions(stats, cells, affected) >= CONSISTENT_FRACTION)
     if z < OUTLIER_Z and not joint_ok and not position_ok:
+        return None
+    if not np.isfinite(z) and min(t.typical for t in kept) < small_job_outlier_bar(n_workers) * (
+        unbiased_typical_sigma(floor, int(affected.sum()))
+    ):
+        # Nobody to compare with (a two-worker job): the outlier test cannot fail, so the worker
+        # must at least stand out of the job's own step noise as the slowest of n healthy workers
+        # would not (tune6 job-stall-small-5: dp 1 x pp 2, 5 steps of +-43%, a stage 1.13x the
+        # other on a measured step floor of 24% named faulty-machine 0.73).
         return None
     if min(t.typical for t in kept) < small_job_outlier_bar(n_workers) * floor.fleet_sigma():
         # Within the healthy machines' own persistent spread (``NoiseFloor.fleet_sigma``, each
@@ -1019,6 +1112,12 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         return None  # kernel-level: a starved process, its best forward not slow (fast_step.py)
     affected = t.affected
     z = outlier_z(stats, [cell], affected, floor)
+    if fast_ops_are_step_sums(stats, [cell]):
+        # Whole steps move together: no second look (fast ops, optimizer) backs the step sums,
+        # so the speed factor must clear the bar of ``detect``'s joint test, not the slowest of
+        # n healthy workers plus half a sigma (tune6 healthy-step-noise-few-0: dp 8, 5 steps of
+        # +-46%, a healthy worker 2.6 sigma out against a bar of 2.5).
+        bar = max(bar, small_job_outlier_bar(stats.dp * stats.pp))
     if z < bar:
         return None
     share, compute_share = worker_shares(stats, report, [cell])

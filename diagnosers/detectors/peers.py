@@ -134,6 +134,9 @@ class NoiseFloor:
     # The correlation (>= 0) of compute's and the optimizer's step-to-step deviations: how far the
     # optimizer is an *independent* second measurement (0) or the same noise again (1).
     joint_rho: float = 0.0
+    # Whether ``step`` was read through successive-step differences (``successive_step_spread``),
+    # which carry no few-steps bias, rather than as a MAD around each worker's own median.
+    step_unbiased: bool = False
 
     def typical_sigma(self) -> float:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
@@ -163,7 +166,7 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     r = log_ratios(values, exclude)
     keep = np.isfinite(r).all(axis=0)
     if dp < 2:
-        return NoiseFloor(successive_step_spread(values), MIN_SIGMA, n_s, pp)
+        return NoiseFloor(successive_step_spread(values), MIN_SIGMA, n_s, pp, step_unbiased=True)
     if not keep.any():
         return NoiseFloor(MIN_SIGMA, MIN_SIGMA, n_s, dp * pp)
     typical = median(np.where(np.isfinite(r), r, 0.0), axis=0)  # (dp, pp)

@@ -51,6 +51,12 @@ class CostModel(BaseModel):
     # out of a dump while unset, so a cost model without it dumps as it did before it existed.
     mild_worker: tuple[int, int] | None = Field(default=None, exclude_if=lambda v: v is None)
     mild_factor: float = Field(default=1.0, ge=1.0, le=1.1, exclude_if=lambda v: v == 1.0)
+    # Step bursts: a (step, worker) pair is hit with chance ``step_burst_prob`` and its compute and
+    # optimizer run ``1 + U(step_burst)`` times longer in that step (a process that lost its cores
+    # for one step on a busy host: heavy, few-step noise, not a slow machine, so not labelled).
+    # Drawn after everything else and left out of a dump while unset, like ``mild_worker``.
+    step_burst_prob: float = Field(default=0.0, ge=0.0, le=1.0, exclude_if=lambda v: v == 0.0)
+    step_burst: tuple[float, float] = Field(default=(0.3, 0.8), exclude_if=lambda v: v == (0.3, 0.8))
     # Transfers.
     p2p_bytes: float = 32e6
     p2p_bandwidth: float = 40e9

@@ -144,6 +144,14 @@ def _base_arrays(
         if not (0 <= d < dp and 0 <= s < pp):
             raise ValueError(f"cost.mild_worker {cost.mild_worker} is outside dp={dp} x pp={pp}")
         compute[s][:, :, d] *= cost.mild_factor
+    if cost.step_burst_prob > 0:
+        # Drawn after every other draw, so jobs without bursts draw exactly what they drew before.
+        lo, hi = cost.step_burst
+        for s in range(pp):
+            hit = rng.random(shape) < cost.step_burst_prob
+            f = np.where(hit, 1.0 + rng.uniform(lo, hi, shape), 1.0)
+            compute[s] = compute[s] * f[None, :, :]
+            local[s]["optimizer"] = local[s]["optimizer"] * f
     return JobArrays(
         compute=compute,
         local=local,

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from diagnosers.diagnose import diagnose
+from diagnosers.model import OPTYPES
 from diagnosers.synth import generate
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -218,3 +219,108 @@ def test_a_slice_of_set_5_at_its_figures() -> None:
     assert s["jobs"] == 22
     assert [m.split(":")[0] for m in s["misses"]] == ["slow-nic-0"], s["misses"]  # type: ignore[union-attr]
     assert s["healthy_jobs"] == 6 and s["healthy_with_faulty_or_gc"] == 0
+
+
+# Set 6 (other seeds, shapes and costs; heavy few-step noise, step bursts and weak slow machines
+# under both) and its tuning companion, fixed before the round's first rule change; set 6 is run
+# once at the end of the round (docs/ACCURACY.md, "Held-out set 6").
+SET6_FINGERPRINT = "114bfc09b04d7376b42e1a11e192ab72b4339867eaefb896f705696d7a210bf1"
+TUNE6_FINGERPRINT = "608f11c258fa5cc716e4e256af5a6e29c68cdbe9a6a9b32eaaa95f124379598e"
+
+
+def test_set_6_and_its_tuning_list_are_the_committed_ones() -> None:
+    assert len(heldout3.set3_cases(6)) == len(heldout3.set3_cases("tune6")) == 312
+    assert _fingerprint(6) == SET6_FINGERPRINT
+    assert _fingerprint("tune6") == TUNE6_FINGERPRINT
+    healthy = [c for c in heldout3.set3_cases(6) if c.family.startswith(("healthy", "job-stall"))]
+    assert len(healthy) == 96
+
+
+def test_step_bursts_lengthen_only_the_hit_pairs_and_leave_other_jobs_as_they_were() -> None:
+    from diagnosers.synth import CostModel, ScenarioSpec
+
+    spec = ScenarioSpec(dp=4, pp=2, steps=6, microbatches=4, seed=7)
+    plain = generate(spec, CostModel())
+    # unset, the fields are left out of a dump, so every earlier set's fingerprint holds
+    assert "step_burst" not in CostModel().model_dump_json()
+    bursty = generate(spec, CostModel(step_burst_prob=0.3, step_burst=(0.5, 0.6)))
+    a, b = plain.trace.ops, bursty.trace.ops
+    assert np.array_equal(a.optype, b.optype) and np.array_equal(a.step, b.step)
+    fwd = a.optype == OPTYPES.index("forward-compute")
+    ratio = b.duration[fwd] / a.duration[fwd]
+    # every forward either untouched or 1.5-1.6x, and whole (step, worker) pairs hit together
+    hit = ratio > 1.01
+    assert np.all((~hit) | ((ratio > 1.49) & (ratio < 1.61))) and 0.1 < hit.mean() < 0.5
+    for st in np.unique(a.step):
+        for d in range(4):
+            for s in range(2):
+                m = (a.step[fwd] == st) & (a.dp_rank[fwd] == d) & (a.stage[fwd] == s)
+                assert hit[m].all() or not hit[m].any()
+    assert bursty.step_time > plain.step_time
+
+
+# --- the set-6 round: rules changed on tune5, tune6 and set 5's second look ----------------------
+
+
+@pytest.mark.parametrize(
+    ("which", "name"),
+    [
+        # dp 2 x pp 11, 4 steps of +-30% step noise: the fast ops repeated the step sums' 2.2-2.8
+        # sigma as 4.9 (fast_ops_are_step_sums: no second look where one factor moves every op)
+        ("tune6", "healthy-step-noise-6"),
+        # dp 4 x pp 4, 4 steps of +-23%: 6.2 "sigma" out of the deflated step floor, 4.5 of the
+        # unbiased one (unbiased_typical_sigma in outlier_z)
+        ("tune5", "healthy-step-noise-8"),
+        # two workers (dp 2 x pp 1), 3 steps of +-40-50%: the floor read from the pair's successive
+        # steps, where it was left at 0.5% with nobody outside the candidate
+        ("tune6", "healthy-step-noise-few-1"),
+        ("tune6", "job-stall-small-9"),
+        # dp 1 x pp 2, 5 steps of +-43%: a stage 1.13x the other, compared with nobody (z = inf),
+        # on a measured step floor of 24%
+        ("tune6", "job-stall-small-5"),
+        # dp 8 x pp 1, 5 steps of +-46%: the outlier-worker fallback's bar (sqrt(2 ln n) + 0.5)
+        # was 2.5 against a healthy worker's 2.6; the joint test's bar holds where no second look
+        # exists
+        ("tune6", "healthy-step-noise-few-0"),
+        # dp 12 x pp 2, step bursts: a worker hit in 3 of 4 steps, its fourth at its peers' level
+        ("tune6", "healthy-step-bursts-2"),
+        # set 5's three false machines of its one run (seen data since)
+        (5, "healthy-step-noise-5"),
+        (5, "healthy-step-noise-mild-gpu-2"),
+        (5, "job-stall-small-4"),
+    ],
+)
+def test_set6_round_no_machine_on_a_healthy_job_of_few_noisy_steps(which: int | str, name: str) -> None:
+    o = _outcome_of(which, name)
+    assert o.healthy and not o.false_machine_or_gc, o.got
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # dp 2 x pp 1, 4 steps of +-16%: a 1.53x machine compared with its one peer on a floor read
+        # through successive steps (no few-steps bias to correct: NoiseFloor.step_unbiased)
+        "faulty-weak-step-noise-6",
+        # dp 2: a burst on the one peer brings the slow machine's ratio to 1 in that step; its own
+        # compute is not normal there, so the step is no "normal step" (_normal_step)
+        "faulty-weak-bursts-10",
+        "faulty-weak-bursts-11",
+    ],
+)
+def test_set6_round_a_weak_machine_under_step_noise_or_bursts_is_still_found(name: str) -> None:
+    o = _outcome_of("tune6", name)
+    assert o.top1_ok and o.got[0][0] == "faulty-machine", o.got
+
+
+def test_a_slice_of_set_6_at_its_figures() -> None:
+    # set 6 was run once at the end of its round (docs/ACCURACY.md, "Held-out set 6": top-1 0.971,
+    # multi-cause recall 0.900, 0 of 96 healthy jobs with a machine or GC); the first job of every
+    # family and mix group gives, with the rules as they are now, every clear job right, both
+    # mixes' five clear causes found, and no machine or GC on the eight healthy and stalled ones
+    outcomes = heldout3.run(heldout3.subset(1, 6))
+    s = heldout3.summarize(outcomes)
+    assert s["jobs"] == 26
+    assert s["misses"] == [], s["misses"]
+    assert s["top1_clear_right"] == s["clear_jobs"] == 23
+    assert s["multi_cause_found"] == "5 of 5"
+    assert s["healthy_jobs"] == 8 and s["healthy_with_faulty_or_gc"] == 0
