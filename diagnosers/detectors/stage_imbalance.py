@@ -172,9 +172,12 @@ def _carried_by_one_worker(stats: TraceStats, stage: int) -> bool:
     above its row peers' while those run at the other stages' speed. A heavy stage holding a slow
     machine keeps its reading (its other ranks are heavy at their best too; the machine is the
     faulty-machine detector's to add), and so does a stage the partition makes heavier.
+    DP 2 only: there the peer is the whole rest of the row, and its waits fill it; a wider row sets
+    its slow machine aside itself (``_row_outliers``, leave-one-out), and a heavy stage holding a
+    slow machine among more DP ranks is the synthetic sets' two-cause job, whose stage stays found.
     Microbatched jobs only (a kernel-level job's compute ops are no like-for-like ops)."""
-    if stats.dp < 2 or stats.pp < 2 or not stats.microbatches:
-        return False
+    if stats.dp != 2 or stats.pp < 2 or not stats.microbatches:
+        return False  # wider rows set their slow machine aside on their own (``_row_outliers``)
     layers = stats.layers_per_stage
     if layers is not None and len(layers) == stats.pp and layers[stage] > float(
         median(np.delete(np.asarray(layers, dtype=np.float64), stage))
