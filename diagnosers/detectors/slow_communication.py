@@ -227,9 +227,13 @@ def candidates(
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
     n_hosts = len(unique(hosts_flat[hosts_flat >= 0]))
+    n_workers = int((hosts_flat >= 0).sum())
     for h in unique(hosts_flat[elevated]) if n_hosts >= 2 else []:
         members = hosts_flat == h
-        if members.sum() > 1 and elevated[members].all():
+        # A host holding more than half the job's workers holds its typical worker too: its
+        # transfers cannot stand out from the job's (a 3x3 job on 8-GPU hosts puts 8 of its 9
+        # ranks on host 0), so it is no candidate of its own.
+        if members.sum() > 1 and 2 * int(members.sum()) <= n_workers and elevated[members].all():
             scored.append((float(p2p_sum[members].sum()), "host", int(h)))
             in_slow_host |= members
     # A single worker must also stand out from its own stage (its DP peers). Inside a slow-looking

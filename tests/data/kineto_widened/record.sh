@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout11 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout12 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -189,3 +189,17 @@ rec heldout11 var-seq-3x2           --dp 3 --pp 2 --steps 6 --seed 810 --var-seq
 rec heldout11 slow-rank-2x4         --dp 2 --pp 4 --steps 6 --seed 811 --slow-rank 5 --slow-ms 10
 rec heldout11 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 812 --gc-pause
 rec heldout11 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 813 --stall-rank 1 --stall-ms 80
+# --- held out, twelfth set (a balanced sample of the classes; recorded and committed before the eleventh round's detector changes; diagnosed once, at its end) ---
+rec heldout12 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 1101
+rec heldout12 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 1102 --slow-rank 1 --slow-ms 12
+rec heldout12 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 1103 --layers-per-stage 1,1,2
+rec heldout12 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 1104
+rec heldout12 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 1105 --slow-rank 3 --slow-ms 10
+rec heldout12 send-delay-3x2        --dp 3 --pp 2 --steps 6 --seed 1106 --send-delay-rank 1 --send-delay-ms 15
+rec heldout12 slow-rank-last-2x3    --dp 2 --pp 3 --steps 6 --seed 1107 --slow-rank 5 --slow-ms 12
+rec heldout12 onset-2x4             --dp 2 --pp 4 --steps 8 --seed 1108 --slow-rank 2 --slow-ms 20 --slow-from-step 5
+rec heldout12 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1109
+rec heldout12 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1110 --var-seq --seq 64
+rec heldout12 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1111 --slow-rank 2 --slow-ms 12
+rec heldout12 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1112 --gc-pause
+rec heldout12 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1113 --stall-rank 2 --stall-ms 80
