@@ -40,12 +40,6 @@ from diagnosers.detectors.base import (
     real_share,
     rounded,
 )
-from diagnosers.detectors.faulty_machine import (
-    FAST_OUTLIER_STEP,
-    FLOOR_GAP,
-    fastest_ops,
-    leave_one_out_ratios,
-)
 from diagnosers.detectors.peers import median_of_others, partition_explains
 from diagnosers.detectors.registry import register
 from diagnosers.detectors.stats import BWD, FWD
@@ -158,48 +152,6 @@ def _known_heavy(stats: TraceStats, stage: int) -> bool:
     return bool(layers[stage] > float(median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
 
 
-def _carried_by_one_worker(stats: TraceStats, stage: int) -> bool:
-    """Whether one DP rank carries ``stage``'s weight: its fastest forward and fastest backward of
-    the window both run at least ``FAST_OUTLIER_STEP`` (1.5x) its row peers' (``leave_one_out_ratios``
-    of ``fastest_ops``), its log excess is at least ``FLOOR_GAP`` times every other DP rank's of the
-    row (it stands alone), and without it the row is not heavy at its best: the other DP ranks'
-    median fastest forward and fastest backward both run under ``1 + ROW_HEAVY`` times the other
-    stages' workers' median fastest. False when the partition gives the stage more layers.
-
-    Why: with small DP a slow worker's peer waits for it in the stage's collectives, so the pair
-    fills the row and reads as a heavy stage. A stage's weight (embedding, head and loss, layers)
-    lengthens every DP rank's ops, at their best too; it does not put one rank's fastest ops far
-    above its row peers' while those run at the other stages' speed. A heavy stage holding a slow
-    machine keeps its reading (its other ranks are heavy at their best too; the machine is the
-    faulty-machine detector's to add), and so does a stage the partition makes heavier.
-    DP 2 only: there the peer is the whole rest of the row, and its waits fill it; a wider row sets
-    its slow machine aside itself (``_row_outliers``, leave-one-out), and a heavy stage holding a
-    slow machine among more DP ranks is the synthetic sets' two-cause job, whose stage stays found.
-    Microbatched jobs only (a kernel-level job's compute ops are no like-for-like ops)."""
-    if stats.dp != 2 or stats.pp < 2 or not stats.microbatches:
-        return False  # wider rows set their slow machine aside on their own (``_row_outliers``)
-    layers = stats.layers_per_stage
-    if layers is not None and len(layers) == stats.pp and layers[stage] > float(
-        median(np.delete(np.asarray(layers, dtype=np.float64), stage))
-    ):
-        return False
-    fastest = fastest_ops(stats, np.ones(stats.n_steps, dtype=bool))  # (2, dp, pp)
-    if not (np.isfinite(fastest).all() and (fastest > 0).all()):
-        return False
-    row = fastest[:, :, stage]  # (2, dp)
-    logs = leave_one_out_ratios(row[:, :, None])[:, :, 0]  # (2, dp)
-    score = logs.mean(axis=0)
-    d = int(np.argmax(score))
-    if float(logs[:, d].min()) < np.log(FAST_OUTLIER_STEP):
-        return False
-    rest = np.delete(score, d)
-    if rest.size and float(rest.max()) > 0 and float(score[d]) < FLOOR_GAP * float(rest.max()):
-        return False
-    others = np.delete(fastest, stage, axis=2).reshape(2, -1)
-    level = median(np.delete(row, d, axis=1), axis=1) / median(others, axis=1)  # (2,)
-    return bool((level < 1.0 + ROW_HEAVY).all())
-
-
 def _heavy_row(
     stats: TraceStats, report: Report, comp: np.ndarray, hot: int
 ) -> tuple[float, float, list[int] | None] | None:
@@ -277,8 +229,6 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         if by_stage[hot] <= 1.0:
             return None
         row_info = _heavy_row(stats, report, comp, hot)
-        if row_info is not None and _carried_by_one_worker(stats, hot):
-            return None  # one worker carries the row: a slow machine and its waiting peers
         if row_info is not None:
             break
     else:

@@ -15,14 +15,18 @@ from tests._support.recorded import widened_part_score
 # on the three healthy jobs, no silent miss (the round's starting tree: 8 of 13, slow-rank-3x2 a
 # faulty machine at the wrong rank, 4). Pinned here now is the second look after the eleventh
 # round's rules (docs/ACCURACY.md, "Eleventh round", made on this part among the seen ones: not a
-# fresh figure): 11 of 13. healthy-3x3 keeps only the last stage's standing load (its false slow
-# communication was on host 0, which holds 8 of the job's 9 ranks: no host candidate now), and
-# slow-rank-2x2 is rank 0's faulty machine (its fastest forward and backward 3.7x and 4.0x its row
-# peer's: the row carried by one worker is no stage imbalance now). The misses: (top cause, its
-# ranks) as diagnosed.
+# fresh figure): 10 of 13. healthy-3x3 keeps only the last stage's standing load (its false slow
+# communication was on host 0, which holds 8 of the job's 9 ranks: no host candidate now).
+# slow-rank-2x2 was rank 0's faulty machine under that round's rule 37 (a DP-2 row carried by one
+# worker), taken out again after the twelfth part's healthy-2x4 broke its premise. The misses:
+# (top cause, its ranks) as diagnosed.
 MISSED = {
     # 15 ms in rank 2's forward sends (stage 1, DP 2; S = 1.157): no cause; the step floor is 37%
     "send-delay-2x4": ("none", []),
+    # 15 ms on rank 0 (first stage, DP 2): the slow worker and its waiting peer fill the first
+    # stage's row and read as a stage imbalance, though rank 0's fastest forward and backward run
+    # 3.7x and 4.0x its peer's (a healthy rank on a busy host can do the same: heldout12 healthy-2x4)
+    "slow-rank-2x2": ("stage-imbalance", [0, 1]),
     # 12 ms on rank 6 (dp 2, last stage, DP 4): only the last stage's standing load; rank 6 is not
     # S_w's hottest (rank 7 and rank 4 are) and its fastest forward and backward run 1.33x and 1.18x
     # its peers', under the outlier findings' 1.5x
@@ -33,8 +37,8 @@ MISSED = {
 def test_the_eleventh_held_out_part_keeps_its_second_look() -> None:
     scored, _got, missed = widened_part_score("heldout11", 13)
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 11
-    assert sum(s.right_standing for s in scored.values()) == 11
+    assert sum(s.right for s in scored.values()) == 10
+    assert sum(s.right_standing for s in scored.values()) == 10
     healthy = [n for n, s in scored.items() if s.healthy]
     assert sorted(healthy) == ["healthy-2x2", "healthy-3x3", "healthy-4x2"]
     assert not any(scored[n].false_machine_or_gc for n in healthy)
@@ -44,11 +48,9 @@ def test_the_eleventh_held_out_part_keeps_its_second_look() -> None:
     # the DP-3 first-stage slow rank is found from its fastest ops (main's rules named rank 4)
     top = scored["slow-rank-3x2"].got[0]
     assert (top[0], list(top[2])) == ("faulty-machine", [2]) and top[1] < 0.3
-    top = scored["slow-rank-2x2"].got[0]
-    assert (top[0], list(top[2])) == ("faulty-machine", [0])
     onset = scored["onset-3x2"].got[0]
     assert (onset[0], list(onset[2]), str(onset[3])) == ("faulty-machine", [4], "onset")
     for name in ("dataloader-stall-4x2", "gc-pause-2x3", "healthy-2x2", "healthy-3x3", "healthy-4x2",
-                 "layers-2x3", "onset-3x2", "slow-rank-2x2", "slow-rank-2x4", "slow-rank-3x2",
+                 "layers-2x3", "onset-3x2", "slow-rank-2x4", "slow-rank-3x2",
                  "var-seq-3x2"):
         assert scored[name].right, name
