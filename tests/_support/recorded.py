@@ -19,6 +19,7 @@ from diagnosers.model import Trace
 from diagnosers.readers import ReadOptions, load_trace
 from diagnosers.report_view import ReportView
 from diagnosers.transport_noise import detection_view
+from diagnosers.vocab import CauseId
 from diagnosers.whatif import analyze, build_engine, report_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -37,6 +38,11 @@ def widened_trace(folder: Path) -> Trace:
     lps = truth(folder).get("layers_per_stage")
     opts = ReadOptions(layers_per_stage=[int(x) for x in lps]) if isinstance(lps, list) and lps else None
     return load_trace([folder / "traces"], opts)
+
+
+def widened_causes(folder: Path) -> list[tuple[CauseId, list[int]]]:
+    """The diagnosis of one widened recording: (cause id, its ranks) for each cause, in order."""
+    return [(c.id, c.location.ranks) for c in diagnose(widened_trace(folder)).causes]
 
 
 def widened_stats(folder: Path) -> TraceStats:

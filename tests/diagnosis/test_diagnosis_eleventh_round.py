@@ -6,22 +6,15 @@ worker, was taken out again)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from diagnosers.detectors.slow_communication import candidates
-from diagnosers.diagnose import diagnose
 from diagnosers.vocab import CauseId
-from tests._support.recorded import widened_folder, widened_stats, widened_trace
-
-
-def _causes(folder: Path) -> list[tuple[CauseId, list[int]]]:
-    return [(c.id, c.location.ranks) for c in diagnose(widened_trace(folder)).causes]
+from tests._support.recorded import widened_causes, widened_folder, widened_stats
 
 
 def test_a_healthy_worker_fast_at_its_best_slower_than_its_peer_is_no_machine() -> None:
     # heldout12 healthy-2x4: nothing injected; rank 7's fastest forward and backward run 3.47x and
     # 2.01x its row peer's on a busy host, yet it is no faulty machine (nor GC)
-    causes = _causes(widened_folder("heldout12", "healthy-2x4"))
+    causes = widened_causes(widened_folder("heldout12", "healthy-2x4"))
     assert not any(c in (CauseId.FAULTY_MACHINE, CauseId.GC_PAUSE) for c, _ in causes)
 
 
@@ -32,4 +25,4 @@ def test_a_host_holding_most_of_the_job_is_no_host_candidate() -> None:
     assert stats.probe is not None
     names = [name for name, _, _ in candidates(stats, stats.probe.original)]
     assert not any(n.startswith("all communication of host") for n in names)
-    assert [c for c, _ in _causes(folder)] == [CauseId.STAGE_IMBALANCE]
+    assert [c for c, _ in widened_causes(folder)] == [CauseId.STAGE_IMBALANCE]

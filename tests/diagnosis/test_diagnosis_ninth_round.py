@@ -7,8 +7,6 @@ the row rule is checked against every seen healthy recording."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ from diagnosers.detectors.base import CauseMatch
 from diagnosers.diagnose import diagnose
 from diagnosers.vocab import CauseId, Pattern, Resource, Spatial, Temporal
 from tests._support.recorded import (
+    widened_causes,
     widened_folder,
     widened_healthy,
     widened_hottest,
@@ -28,10 +27,6 @@ SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "held
         "heldout9")
 
 
-def _causes(folder: Path) -> list[tuple[CauseId, list[int]]]:
-    return [(c.id, c.location.ranks) for c in diagnose(widened_trace(folder)).causes]
-
-
 def test_a_slow_rank_on_the_loaded_last_stage_is_reported_beside_its_load() -> None:
     # heldout9 slow-rank-last-3x2: 10 ms on rank 4 (dp 1, last stage, DP 3); the last stage's
     # standing load is found, and rank 4's S_w excess (0.24) is 6x its stage peers' (0.03-0.04)
@@ -41,7 +36,7 @@ def test_a_slow_rank_on_the_loaded_last_stage_is_reported_beside_its_load() -> N
     machine = dg.causes[1]
     assert machine.evidence["signature"] == "outlier-worker" and machine.confidence < 0.3
     # heldout6 slow-rank-2x4: 10 ms on rank 7 (dp 1, last stage, DP 2), the same way
-    got6 = _causes(widened_folder("heldout6", "slow-rank-2x4"))
+    got6 = widened_causes(widened_folder("heldout6", "slow-rank-2x4"))
     assert got6 == [(CauseId.STAGE_IMBALANCE, [6, 7]), (CauseId.FAULTY_MACHINE, [7])]
 
 
@@ -73,9 +68,10 @@ def test_a_link_long_only_in_its_waits_is_no_slow_link() -> None:
     assert slow_communication.floor_normal(
         st, st.probe.original, link, batch, [("pp link dp 1: stage 1 <-> 2", [(1, 1), (1, 2)], mask)]
     ) == [True]
-    assert _causes(folder) == [(CauseId.STAGE_IMBALANCE, [4, 5])]
+    assert widened_causes(folder) == [(CauseId.STAGE_IMBALANCE, [4, 5])]
     # a slow send's link keeps its finding, its floor 1.7x its peer's (heldout9 send-delay-2x3)
-    assert _causes(widened_folder("heldout9", "send-delay-2x3"))[0] == (CauseId.SLOW_COMMUNICATION, [0, 2])
+    got9 = widened_causes(widened_folder("heldout9", "send-delay-2x3"))
+    assert got9[0] == (CauseId.SLOW_COMMUNICATION, [0, 2])
 
 
 def test_an_outlier_worker_under_the_decomposition_threshold_is_not_silent() -> None:

@@ -7,8 +7,6 @@ healthy recording."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,7 @@ from diagnosers.detectors import faulty_machine
 from diagnosers.diagnose import diagnose
 from diagnosers.vocab import CauseId
 from tests._support.recorded import (
+    widened_causes,
     widened_folder,
     widened_healthy,
     widened_hottest,
@@ -27,10 +26,6 @@ SEEN = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "held
         "heldout9", "heldout10")
 
 
-def _causes(folder: Path) -> list[tuple[CauseId, list[int]]]:
-    return [(c.id, c.location.ranks) for c in diagnose(widened_trace(folder)).causes]
-
-
 def test_a_worker_faster_at_its_best_than_its_peers_is_no_machine() -> None:
     # heldout10 healthy-2x3: rank 5 (dp 1, last stage) ran 1.67x its peer's compute in three steps
     # of four, but its fastest backward of the window took 0.61x its peer's fastest: no machine
@@ -40,9 +35,9 @@ def test_a_worker_faster_at_its_best_than_its_peers_is_no_machine() -> None:
     assert int(st.rank_of[1, 2]) == 5
     assert faulty_machine.faster_at_best(st, [(1, 2)], every)
     assert float(faulty_machine.fastest_op_ratios(st, every, [(1, 2)])[1, 1, 2]) < np.log(0.7)
-    assert _causes(folder) == []
+    assert widened_causes(folder) == []
     # heldout10 gc-pause-4x2: the collector's victim keeps its GC pause, without a machine beside it
-    assert _causes(widened_folder("heldout10", "gc-pause-4x2")) == [(CauseId.GC_PAUSE, [3])]
+    assert widened_causes(widened_folder("heldout10", "gc-pause-4x2")) == [(CauseId.GC_PAUSE, [3])]
     # a real slow rank is slower than its peers at its best too (heldout10 slow-rank-2x2, 12 ms)
     st2 = widened_stats(widened_folder("heldout10", "slow-rank-2x2"))
     assert not faulty_machine.faster_at_best(st2, [(1, 0)], np.ones(st2.n_steps, dtype=bool))
