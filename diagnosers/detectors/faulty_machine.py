@@ -34,7 +34,9 @@ Where whole steps move together instead (one factor per worker-step scales every
 ``fast_ops_are_step_sums``), the step sums are the only evidence: the fast ops are no second look,
 the outlier spread is the step floor without its few-steps bias (``unbiased_typical_sigma``), a
 two-worker job reads its noise from the pair's successive steps, and a candidate that ran at its
-normal speed in some step is no machine (``_normal_step``).
+normal speed in some step is no machine (``_normal_step``). That is read from the other workers;
+a candidate whose own fast ops hold still while its step sums move (``steadier_at_best``) keeps
+them as its second look.
 """
 
 from __future__ import annotations
@@ -607,7 +609,9 @@ def unbiased_typical_sigma(floor: NoiseFloor, n_steps: int) -> float:
 def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
     """Whether the per-step fast ops (``fast_op_steps``) move with compute from step to step as
     one measurement: their noise correlation (``peers.noise_correlation``, ``cells`` left out)
-    above ``FAST_OP_MAX_RHO``. False without forward or backward ops in every worker-step.
+    above ``FAST_OP_MAX_RHO``, unless every one of ``cells`` holds fast ops steadier than its own
+    step sums (``steadier_at_best``: the step noise the others show did not reach the candidate's
+    fastest ops). False without forward or backward ops in every worker-step.
 
     Why: where one factor per (step, worker) scales every op alike (whole steps slowed by CPU
     contention: the generator's step noise, 0.995-0.9998), a healthy worker whose few steps all
