@@ -17,14 +17,17 @@ it alone would buy, not with the other's share:
 
 Speedups are ``T_now / T_after`` over mean simulated step times with launch delay 0, except the
 dataloader stall, which lives in launch delays and is measured against the measured step time.
-When a dataloader stall is among the causes, the other causes' runs keep the measured launch delays
-(``launch_basis``): "every other cause as it is" then includes the stall, which a run with launch
-delay 0 would remove along with the cause it fixes (crediting each of them with the stall's time).
+When a dataloader stall is among the causes, the other causes' runs keep the stall
+(``launch_basis``, ``stall_delays``: its idle gaps before the stalled workers' first forwards, as
+launch delays, and no other): "every other cause as it is" includes the stall, which a run with
+launch delay 0 removes along with the cause it fixes, crediting that cause with the stall's time.
+Keeping every measured launch delay instead would replay the waits the fixed cause made too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +36,9 @@ from diagnosers.detectors.base import CauseMatch, Probe, TraceStats
 from diagnosers.npplain import median, unique
 from diagnosers.remedies import Remedy
 from diagnosers.vocab import CauseId
+
+if TYPE_CHECKING:
+    from diagnosers.whatif import WhatIfEngine
 
 Arr = npt.NDArray[np.float64]
 
@@ -71,11 +77,11 @@ def machine_ops(stats: TraceStats, matches: Sequence[CauseMatch]) -> npt.NDArray
         if m.id is not CauseId.FAULTY_MACHINE:
             continue
         affected = m.evidence.get("affected_steps")
-        steps = (
-            np.isin(stats.op_step_index, np.flatnonzero(np.isin(stats.steps, [int(str(s)) for s in affected])))
-            if isinstance(affected, list) and affected
-            else np.ones(len(out), dtype=bool)
-        )
+        if isinstance(affected, list) and affected:
+            slow = np.flatnonzero(np.isin(stats.steps, [int(str(x)) for x in affected]))
+            steps = np.isin(stats.op_step_index, slow)
+        else:
+            steps = np.ones(len(out), dtype=bool)
         for d, p in _hot_cells(m):
             out |= steps & (stats.op_dp == d) & (stats.op_pp == p)
     return out
@@ -193,7 +199,10 @@ def marginal_gains(
     if planned is None:
         planned = marginal_scenarios(matches, stats)
     if probe is not None and launch_basis(matches):
-        return _with_launch_delays(matches, stats, probe, planned, remedies)
+        from diagnosers.whatif import WhatIfEngine
+
+        if isinstance(probe.engine, WhatIfEngine):  # (the engine that simulates launch delays)
+            return _with_launch_delays(matches, stats, probe, probe.engine, planned, remedies)
     batch: list[Arr] = [v for _, v, _ in planned]
     where: list[tuple[int, str]] = [(i, basis) for i, _, basis in planned]
     if batch and probe is not None:
@@ -209,20 +218,48 @@ def marginal_gains(
 
 
 def launch_basis(matches: Sequence[CauseMatch]) -> bool:
-    """Whether the marginal runs keep the measured launch delays: a dataloader stall (a cause that
+    """Whether the marginal runs keep a stall (``stall_delays``): a dataloader stall (a cause that
     lives in launch delays) is among ``matches`` beside another cause."""
     return len(matches) > 1 and any(m.id is CauseId.DATALOADER_STALL for m in matches)
 
 
+def stall_delays(stats: TraceStats, matches: Sequence[CauseMatch]) -> Arr:
+    """Per op, a launch delay holding only the reported input stalls: on each step's first forward
+    of every worker a dataloader-stall match names, that worker-step's idle gap before it
+    (``TraceStats.launch_idle``, what the detector measured); 0 on every other op."""
+    from diagnosers.detectors.stats import FWD
+
+    out = np.zeros(len(stats.optype), dtype=np.float64)
+    ranks = {r for m in matches if m.id is CauseId.DATALOADER_STALL for r in m.location.ranks}
+    cells = [(d, p) for d in range(stats.dp) for p in range(stats.pp) if int(stats.rank_of[d, p]) in ranks]
+    if not cells or not stats.launch_idle.size:
+        return out
+    # each worker-step's first forward by start time (by row order when the statistics hold none)
+    start = stats.op_start if stats.op_start is not None else np.arange(len(out), dtype=np.float64)
+    fwd = np.flatnonzero(stats.optype == FWD)
+    for d, p in cells:
+        rows = fwd[(stats.op_dp[fwd] == d) & (stats.op_pp[fwd] == p)]
+        if not rows.size:
+            continue
+        steps = stats.op_step_index[rows]
+        # each step's first forward: rows sorted by (step, start), the first of each step
+        order = rows[np.lexsort((start[rows], steps))]
+        first = order[np.r_[True, np.diff(stats.op_step_index[order]) != 0]]
+        si = stats.op_step_index[first]
+        ok = (si >= 0) & (si < stats.launch_idle.shape[0])
+        out[first[ok]] = stats.launch_idle[si[ok], d, p]
+    return out
+
+
 def _with_launch_delays(
-    matches: Sequence[CauseMatch], stats: TraceStats, probe: Probe, planned: Planned,
-    remedies: Sequence[Remedy],
+    matches: Sequence[CauseMatch], stats: TraceStats, probe: Probe, engine: WhatIfEngine,
+    planned: Planned, remedies: Sequence[Remedy],
 ) -> list[tuple[float | None, str | None]]:
     """``marginal_gains`` when a dataloader stall is reported beside other causes: each other
     cause's fixed durations (its dedicated scenario, or a slow communication's idealised transfers)
-    simulated with the measured launch delays, against the original durations with the same
-    delays, so the stall stays as it is; the stall's own gain is its remedy's (measured step time
-    without the stall). One engine pass."""
+    simulated with the stall kept (``stall_delays``), against the original durations with the same
+    stall, so it stays as it is; the stall's own gain is its remedy's (measured step time without
+    the stall). One engine pass."""
     from diagnosers.remedies import comm_fix_mask
 
     out: list[tuple[float | None, str | None]] = [(None, None)] * len(matches)
@@ -231,13 +268,13 @@ def _with_launch_delays(
         if m.id is CauseId.SLOW_COMMUNICATION and all(j != i for j, _, _ in runs):
             mask = comm_fix_mask(m, stats, probe)
             runs.append((i, np.where(mask, probe.ideal, probe.original), "the remedy's idealised transfers"))
-    engine = probe.engine
     if runs:
+        kept_delays = stall_delays(stats, matches)
         times = engine.simulate(
-            np.stack([probe.original, *(v for _, v, _ in runs)]), launch_delay=engine.launch_delay
+            np.stack([probe.original, *(v for _, v, _ in runs)]), launch_delay=kept_delays
         ).mean(axis=1)
         t_now = float(times[0])
-        kept = " (the measured launch delays, the input stall's among them, kept in both runs)"
+        kept = " (the input stall's idle gaps kept in both runs)"
         for (i, _, basis), t in zip(runs, times[1:], strict=True):
             gain = max(1.0, t_now / float(t)) if t > 0 else 1.0
             out[i] = (round(gain, 4), basis + kept)
