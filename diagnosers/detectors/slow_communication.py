@@ -738,17 +738,25 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
 
 def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """Per op: an id shared by the P2P rows of one batched call (same worker, step and start time;
-    a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere."""
+    a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere.
+
+    Only which rows share an id means anything (its readers test membership and count rows per
+    id). The ids number the runs of equal (cell, start) in ``np.lexsort((start, cell))`` order of
+    the P2P rows; when the rows are stored in (step, worker) blocks, each in time order
+    (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
+    blocks' order splits no run and joins none, their cells differing), so the runs are numbered
+    as they are stored, without the sort and its gathers: the same calls, other numbers."""
     out = np.full(stats.n_ops, -1, dtype=np.int64)
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
     cell = stats.op_cell[idx]
     start = stats.op_start[idx]
-    order = _by_cell_then_start(cell, start)
-    c, t = cell[order], start[order]
-    new_group = np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]
-    out[idx[order]] = np.cumsum(new_group) - 1
+    if not _in_cell_blocks(cell, start):
+        order = np.lexsort((start, cell))
+        idx, cell, start = idx[order], cell[order], start[order]
+    new_group = np.r_[True, (cell[1:] != cell[:-1]) | (start[1:] != start[:-1])]
+    out[idx] = np.cumsum(new_group) - 1
     return out
 
 
@@ -761,26 +769,17 @@ def p2p_batch_ids(stats: TraceStats) -> npt.NDArray[np.int64]:
     return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
-def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """``np.lexsort((start, cell))``. Traces are stored in (step, worker) blocks with each worker's
-    ops in time order; then the sorted order is the blocks ordered by cell, each kept as it is,
-    and only the blocks are sorted (a full lexsort of the rows is most of the detector's time)."""
-    if len(cell) == 0:
-        return np.zeros(0, dtype=np.int64)
-    change = np.flatnonzero(cell[1:] != cell[:-1]) + 1
-    same = np.ones(len(cell), dtype=bool)
-    same[change] = False
-    same[0] = False
-    contiguous = len(change) + 1 == np.count_nonzero(np.bincount(cell))
-    if not contiguous or not bool(np.all(start[1:][same[1:]] >= start[:-1][same[1:]])):
-        return np.lexsort((start, cell))
-    first = np.r_[0, change]
-    length = np.diff(np.r_[first, len(cell)])
-    by_cell = np.argsort(cell[first], kind="stable")
-    first, length = first[by_cell], length[by_cell]
-    # row j of the sorted order is row first[b] + (j - where block b begins in the sorted order)
-    begin = np.cumsum(length) - length
-    return np.repeat(first - begin, length) + np.arange(len(cell))
+def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> bool:
+    """Whether the rows come in blocks of one cell each (every cell in one run of rows), each
+    block's start times ascending (ties allowed): how traces store their (step, worker) blocks,
+    each worker's ops in time order."""
+    if len(cell) < 2:
+        return True
+    same = cell[1:] == cell[:-1]
+    runs = len(cell) - int(np.count_nonzero(same))
+    if runs != np.count_nonzero(np.bincount(cell)):
+        return False
+    return bool(np.all(start[1:][same] >= start[:-1][same]))
 
 
 def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -849,6 +848,25 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
         standout = stands_out(stats, probe.original, scored, base=base, links=links, view=view)
     picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
+    # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
+    # is tested on the constant it adds to every transfer: its own share of the slowdown
+    # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
+    # (``DECOMPOSE_THRESHOLD``: with a small gap a few milliseconds are a large share), or a clear
+    # slowdown alone (``CLEAR_ALONE``). Slow in every transfer, it is persistent by construction.
+    # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
+    # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
+    # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
+    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
+    floor_found = [
+        (c, v)
+        for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
+        if (v >= MIN_SHARE and alone >= DECOMPOSE_THRESHOLD) or alone >= CLEAR_ALONE
+    ]
+    # Only a candidate that stands out (``picked``, ``floor_found``) may carry the finding when all
+    # communication explains under ``MIN_SHARE`` (the first test after the shares, below): with
+    # none, that share alone decides, from its own run, before the candidates' runs are made.
+    if not picked and not floor_found and both_views(probe, [is_comm], batched)[0] < MIN_SHARE:
+        return None
     # All communication, all compute, every candidate and the put-back view of each candidate
     # that stands out in one batch of what-if runs (each scenario's step times do not depend on
     # the batch it is simulated in; the probe keeps them for the views asked for below).
@@ -869,20 +887,6 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     waits = floor_normal(stats, probe.original, links[1], batch, scored)
     held_by_waits = max((v for v, w in zip(shares, waits, strict=True) if w), default=0.0)
     shares = [0.0 if w else v for v, w in zip(shares, waits, strict=True)]
-    # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
-    # is tested on the constant it adds to every transfer: its own share of the slowdown
-    # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
-    # (``DECOMPOSE_THRESHOLD``: with a small gap a few milliseconds are a large share), or a clear
-    # slowdown alone (``CLEAR_ALONE``). Slow in every transfer, it is persistent by construction.
-    # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
-    # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
-    # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
-    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
-    floor_found = [
-        (c, v)
-        for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
-        if (v >= MIN_SHARE and alone >= DECOMPOSE_THRESHOLD) or alone >= CLEAR_ALONE
-    ]
     floor_of = {c.name: c for c, _ in floor_found}
     # a candidate that may carry the finding: its own MIN_SHARE, or its send floor's test passed
     qualified = [v >= MIN_SHARE for v in shares] + [True for _ in floor_found]
