@@ -63,7 +63,7 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.faulty_machine import worker_order_statistic
 from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
-from diagnosers.detectors.registry import register
+from diagnosers.detectors.registry import register, register_plan
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
 from diagnosers.npplain import median, percentile, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -825,6 +825,31 @@ def type_baseline(
     return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
 
 
+def batched_calls(stats: TraceStats) -> bool:
+    """Whether any P2P call of the trace is batched (``p2p_batch_ids``: an id on two rows or
+    more), made once per trace statistics."""
+
+    def make() -> bool:
+        batch = p2p_batch_ids(stats)
+        ids = batch[batch >= 0]
+        return bool(ids.size) and bool((np.bincount(ids) > 1).any())
+
+    return stats.shared("slow-communication batched calls", make)
+
+
+@register_plan
+def planned_runs(report: Report, stats: TraceStats) -> tuple[list[npt.NDArray[np.bool_]], list[bool]]:
+    """The masked scenarios :func:`detect` asks for whatever it finds, as ``(masks, ideal_inside)``:
+    all communication idealised, and put back alone too without batched P2P calls
+    (``both_views``); none where it judges nothing."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.probe is None:
+        return [], []
+    is_comm = comm_mask(stats)
+    if batched_calls(stats):
+        return [is_comm], [True]
+    return [is_comm, is_comm], [True, False]
+
+
 @register(CauseId.SLOW_COMMUNICATION)
 def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match communication-dominated slowdown and localise it to a link or group when possible."""
@@ -836,8 +861,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # stands_out
     links = p2p_links(stats)
     batch = p2p_batch_ids(stats)
-    ids = batch[batch >= 0]
-    batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
+    batched = batched_calls(stats)
     base = type_baseline(stats, probe.original, is_comm)
     view = p2p_rows(stats, probe.original, base, links)
     scored = probe_candidates(

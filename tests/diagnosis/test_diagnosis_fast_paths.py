@@ -461,3 +461,70 @@ def test_worker_order_statistic_is_the_per_worker_sort(layout: str) -> None:
                 want[w] = mine[int(np.floor(fraction * (mine.size - 1)))]
         got = worker_order_statistic(worker, dur, n_workers, fraction)
         assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_announced_masked_scenarios_ride_along_with_the_same_numbers() -> None:
+    """Masked scenarios announced with ``Probe.ahead_masked`` run in the next batch of masked runs
+    (one engine pass for both), with the numbers each gives run alone; a batch answered from the
+    memo alone does not run them, and the other direction joins only as the complement."""
+    from diagnosers.detectors.base import Probe
+
+    trace = _job(False, True)
+    engine = whatif.build_engine(trace)
+    assert engine.fills_every_cell
+    rng = np.random.default_rng(8)
+    a, b, c = (rng.random(len(trace.ops)) < q for q in (0.1, 0.3, 0.5))
+    passes: list[int] = []
+    plain = engine.simulate_masked
+
+    def counted(masks: Any, *, ideal_inside: bool = True) -> Any:
+        passes.append(len(masks))
+        return plain(masks, ideal_inside=ideal_inside)
+
+    probe = Probe(engine)
+    probe.masked_means([a])
+    engine.simulate_masked = counted  # type: ignore[method-assign]
+    probe.ahead_masked([b, c], [True, False])
+    probe.masked_means([a])  # from the memo: no pass, the announced ones wait
+    assert passes == []
+    got = probe.masked_means([b])  # one pass: b, and c's reverse as its complement
+    assert passes == [2]
+    assert probe.masked_means([c], ideal_inside=False)[0] == probe.masked_means([~c])[0]
+    assert passes == [2]
+    engine.simulate_masked = plain  # type: ignore[method-assign]
+    assert got[0] == np.asarray(plain([b])).mean(axis=1)[0]
+    assert probe.masked_means([~c])[0] == np.asarray(plain([c], ideal_inside=False)).mean(axis=1)[0]
+
+
+def test_slow_communication_plans_what_it_asks_for() -> None:
+    """The scenarios slow communication announces before the detectors run are ones it asks for:
+    after it has judged, none of them is left to run (every announced key is in the memo)."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.report_view import ReportView
+
+    judged = 0
+    for schedule, scenario in (
+        (Schedule.ONE_F_ONE_B, Scenario.SLOW_COMMUNICATION),
+        (Schedule.INTERLEAVED, Scenario.SLOW_COMMUNICATION),
+        (Schedule.GPIPE, Scenario.FAULTY_MACHINE),
+        (Schedule.ONE_F_ONE_B, Scenario.NONE),
+    ):
+        vpp = 2 if schedule is Schedule.INTERLEAVED else 1
+        spec = ScenarioSpec(dp=3, pp=4, vpp=vpp, microbatches=8, steps=4, seed=6, schedule=schedule,
+                            scenarios=[scenario])
+        trace = generate(spec).trace
+        engine = whatif.build_engine(trace)
+        view = ReportView.of(whatif.report_json(trace, engine=engine), trace.meta)
+        stats = compute_stats(trace, engine)
+        assert stats.probe is not None
+        masks, inside = slow_communication.planned_runs(view, stats)
+        if view.slowdown < slow_communication.DECOMPOSE_THRESHOLD:
+            assert masks == []
+            continue
+        assert masks
+        judged += 1
+        stats.probe.ahead_masked(masks, inside)
+        announced = set(stats.probe._ahead_masks)
+        slow_communication.detect(view, stats)
+        assert announced <= set(stats.probe._masked)
+    assert judged >= 3
