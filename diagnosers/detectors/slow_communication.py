@@ -223,7 +223,6 @@ def candidates(
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
     p2p_ratio = np.divide(view.worker_ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
-    host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
     n_hosts = len(unique(hosts_flat[hosts_flat >= 0]))
@@ -284,7 +283,8 @@ def candidates(
             )
         elif kind == "host":
             cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
-            mask = with_collectives(is_comm & (host == i), {b for _, b in cells})
+            # (each op's host, made only here: a host candidate is rare)
+            mask = with_collectives(is_comm & (stats.op_host == i), {b for _, b in cells})
             out.append((f"all communication of host {i}", cells, mask))
         elif kind == "dp":
             out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
