@@ -528,3 +528,20 @@ def test_slow_communication_plans_what_it_asks_for() -> None:
         slow_communication.detect(view, stats)
         assert announced <= set(stats.probe._masked)
     assert judged >= 3
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 18])
+def test_step_ends_by_chunks_are_the_full_reduction(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnosers.detectors import stats as stats_module
+    from diagnosers.readers.normalize import reduce_into
+
+    monkeypatch.setattr(stats_module, "_END_CHUNK", chunk)
+    for shuffle in (False, True):
+        trace = _job(False, shuffle)
+        ops = trace.ops
+        steps, si = stats_module._step_index(ops.step)
+        want = reduce_into(np.maximum, si, ops.start_ts + ops.duration, len(steps), -np.inf)
+        got = stats_module._step_ends(si, ops.start_ts, ops.duration, len(steps))
+        assert np.array_equal(got, want)
+        assert np.array_equal(compute_stats(trace).step_time, want - reduce_into(
+            np.minimum, si, ops.start_ts, len(steps), np.inf))
