@@ -21,7 +21,7 @@ Definitions (the artifact's):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,18 @@ class WhatIfEngine:
         trace): then each scenario over the rows is fully given by its per-row values."""
         t = self.template
         return len(t.flat_index) == t.n_nodes * t.dp * len(self.steps)
+
+    def type_values(self, codes: Iterable[int]) -> dict[int, Array] | None:
+        """Per op-type code of ``codes`` that the trace has: every row's original duration of that
+        type, read node by node from the dense layout (an order of its own, not the rows'). Only
+        where those cells are exactly the rows: a template rebuilt from the op table (a node's rows
+        all of its op type) with one op in every cell (``fills_every_cell``); None otherwise (a
+        reader-stated graph, an irregular trace)."""
+        if self.trace.graph is not None or not self.fills_every_cell:
+            return None
+        t = self.template
+        present = set(t.optype.tolist())  # node-sized
+        return {c: self.orig_dense[t.optype == c].reshape(-1) for c in sorted(set(codes) & present)}
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -140,6 +140,8 @@ class Engine(Protocol):
     @property
     def fills_every_cell(self) -> bool: ...
 
+    def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None: ...
+
 
 class Probe:
     """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
@@ -178,6 +180,13 @@ class Probe:
         if self._ideal is None:
             self._ideal = np.asarray(self.engine.ideal, dtype=np.float64)
         return self._ideal
+
+    def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None:
+        """Per op-type code of ``codes`` that the trace has: the original durations of all its ops,
+        in an order of their own (the engine's dense layout, node by node), or None where the
+        engine cannot give them so (``WhatIfEngine.type_values``). For statistics that do not
+        depend on the order of the values (quantiles), without finding and gathering the rows."""
+        return self.engine.type_values(codes)
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""

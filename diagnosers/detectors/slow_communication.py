@@ -807,7 +807,20 @@ def type_baseline(
     """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere).
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
-    type, the method's median ideal is itself slow; the lower quartile is not."""
+    type, the method's median ideal is itself slow; the lower quartile is not. A quartile does not
+    depend on the order of the values: of the probe's transfer times and the communication rows,
+    each type's values are read from the engine's dense layout where its cells are the rows
+    (``Probe.type_values``), without finding and sorting the rows."""
+    top = int(stats.optype.max(initial=-1)) + 1
+    probe = stats.probe
+    dense = None
+    if probe is not None and transfer is probe.original and is_comm is comm_mask(stats):
+        dense = probe.type_values(COMM_CODES.tolist())
+    if dense is not None:
+        table = np.zeros(top, dtype=transfer.dtype)
+        for kind, values in dense.items():
+            table[kind] = percentile(values, 25)
+        return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
@@ -818,7 +831,7 @@ def type_baseline(
     starts = np.cumsum(counts) - counts
     by_type = transfer[rows[order]]
     # one quartile per type, then one lookup per op (a scatter per type wrote every row again)
-    table = np.zeros(max(len(counts), int(stats.optype.max(initial=-1)) + 1), dtype=transfer.dtype)
+    table = np.zeros(max(len(counts), top), dtype=transfer.dtype)
     for code in np.flatnonzero(counts):
         table[code] = percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
     # (op-type codes index the vocabulary, 0 and up: readers code op names through it)

@@ -545,3 +545,25 @@ def test_step_ends_by_chunks_are_the_full_reduction(chunk: int, monkeypatch: pyt
         assert np.array_equal(got, want)
         assert np.array_equal(compute_stats(trace).step_time, want - reduce_into(
             np.minimum, si, ops.start_ts, len(steps), np.inf))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_type_baselines_from_the_dense_layout_are_the_rows(interleaved: bool, shuffle: bool) -> None:
+    """The lower quartiles read from the engine's dense layout are the ones of the rows' transfer
+    times (the row path runs for any other transfer vector, here an equal copy)."""
+    from diagnosers.detectors.slow_communication import comm_mask, type_baseline
+
+    trace = _job(interleaved, shuffle)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    original = stats.probe.original
+    assert stats.probe.type_values([FWD_CODE]) is not None  # the dense path is the one taken
+    got = type_baseline(stats, original, comm_mask(stats))
+    want = type_baseline(stats, original.copy(), comm_mask(stats))
+    assert np.array_equal(got, want) and want.any()
+    codes = np.unique(stats.optype).tolist()
+    by_type = stats.probe.type_values(codes)
+    assert by_type is not None and sorted(by_type) == codes
+    for code, values in by_type.items():
+        assert np.array_equal(np.sort(values), np.sort(original[stats.optype == code]))
