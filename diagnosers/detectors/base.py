@@ -142,6 +142,10 @@ class Engine(Protocol):
 
     def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None: ...
 
+    def order_statistic(
+        self, code: int, fraction: float, steps: npt.NDArray[np.bool_] | None = None, per_step: bool = False
+    ) -> npt.NDArray[np.float64] | None: ...
+
 
 class Probe:
     """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
@@ -510,6 +514,25 @@ class TraceStats:
             return np.take(table, self.optype)
 
         return self.cached(("of_types", tuple(wanted.tolist())), make)
+
+    def order_statistics(
+        self,
+        codes: Sequence[int],
+        fraction: float,
+        steps: npt.NDArray[np.bool_] | None = None,
+        per_step: bool = False,
+    ) -> list[npt.NDArray[np.float64]] | None:
+        """Per op-type code: each worker's (with ``per_step``: each (step, worker) cell's) value at
+        position ``floor(fraction * (n - 1))`` of its ops' ``transfer`` times in ascending order,
+        over the ``steps`` mask (``faulty_machine.worker_order_statistic`` of those rows; NaN where
+        there are none), read from the engine's dense layout (``WhatIfEngine.order_statistic``).
+        None where that cannot be done: no probe, ``transfer`` not the probe's, or an engine whose
+        cells are not exactly the rows; the rows' own computation applies then."""
+        probe = self.probe
+        if probe is None or self.transfer is not probe.original:
+            return None
+        out = [probe.engine.order_statistic(c, fraction, steps, per_step) for c in codes]
+        return None if any(q is None for q in out) else [q for q in out if q is not None]
 
     @property
     def op_worker(self) -> npt.NDArray[np.int32]:

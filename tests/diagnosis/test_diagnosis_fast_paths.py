@@ -567,3 +567,32 @@ def test_type_baselines_from_the_dense_layout_are_the_rows(interleaved: bool, sh
     assert by_type is not None and sorted(by_type) == codes
     for code, values in by_type.items():
         assert np.array_equal(np.sort(values), np.sort(original[stats.optype == code]))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_fast_op_order_statistics_from_the_dense_layout_are_the_rows(
+    interleaved: bool, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The faulty machine's fast-op statistics read from the engine's dense layout
+    (``TraceStats.order_statistics``) against the same statistics from the rows."""
+    from diagnosers.detectors import faulty_machine as fm
+    from diagnosers.detectors.base import TraceStats
+
+    trace = _job(interleaved, shuffle)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    rng = np.random.default_rng(3)
+    affected = [np.ones(stats.n_steps, dtype=bool), rng.random(stats.n_steps) < 0.6,
+                np.zeros(stats.n_steps, dtype=bool)]
+    affected[1][0] = True
+    cells = [(1, 2)]
+    assert stats.order_statistics([FWD_CODE], 0.1) is not None  # the dense path is the one taken
+    dense = [fm.fast_op_steps(stats)]
+    for a in affected:
+        dense += [fm.fast_op_factors(stats, a, cells), fm.fastest_ops(stats, a)]
+    monkeypatch.setattr(TraceStats, "order_statistics", lambda *args, **kwargs: None)
+    rows = [fm.fast_op_steps(stats)]
+    for a in affected:
+        rows += [fm.fast_op_factors(stats, a, cells), fm.fastest_ops(stats, a)]
+    for got, want in zip(dense, rows, strict=True):
+        assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
