@@ -30,7 +30,7 @@ A partition injection is exempt (its expected cause is itself a stage imbalance)
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
                                                 heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|
-                                                heldout11|heldout12|all]
+                                                heldout11|heldout12|heldout13|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -49,8 +49,9 @@ before the ninth round's rule changes were committed, diagnosed once at its end)
 (balanced, seeds 801-813, recorded and committed before the tenth round's rule changes were
 committed, diagnosed once at its end), ``heldout12`` (balanced, seeds 1101-1113, recorded while
 the eleventh round's rules were made on the seen parts, none of it read before its one run at
-the round's end),
-``all``.
+the round's end), ``heldout13`` (balanced, 20 recordings, seeds 1201-1220, recorded on a quiet
+machine and committed before the twelfth round's rules were made; not in ``all`` until its one
+run), ``all``.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def folders(part: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
-             "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "all"]
+             "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)

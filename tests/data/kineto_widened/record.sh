@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout12 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout13 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -203,3 +203,24 @@ rec heldout12 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1110 --var-se
 rec heldout12 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1111 --slow-rank 2 --slow-ms 12
 rec heldout12 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1112 --gc-pause
 rec heldout12 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1113 --stall-rank 2 --stall-ms 80
+# --- held out, thirteenth set (20 recordings, a balanced sample of the classes; recorded on a quiet machine and committed before the twelfth round's detector changes; diagnosed once, at its end) ---
+rec heldout13 healthy-2x2           --dp 2 --pp 2 --steps 6 --seed 1201
+rec heldout13 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 1202
+rec heldout13 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1203
+rec heldout13 healthy-4x2           --dp 4 --pp 2 --steps 6 --seed 1204
+rec heldout13 slow-rank-last-2x2    --dp 2 --pp 2 --steps 6 --seed 1205 --slow-rank 2 --slow-ms 10
+rec heldout13 slow-rank-3x2         --dp 3 --pp 2 --steps 6 --seed 1206 --slow-rank 1 --slow-ms 12
+rec heldout13 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1207 --slow-rank 3 --slow-ms 12
+rec heldout13 slow-rank-last-4x2    --dp 4 --pp 2 --steps 6 --seed 1208 --slow-rank 5 --slow-ms 10
+rec heldout13 slow-rank-2x4         --dp 2 --pp 4 --steps 6 --seed 1209 --slow-rank 4 --slow-ms 12
+rec heldout13 onset-2x3             --dp 2 --pp 3 --steps 8 --seed 1210 --slow-rank 1 --slow-ms 20 --slow-from-step 5
+rec heldout13 onset-4x2             --dp 4 --pp 2 --steps 8 --seed 1211 --slow-rank 2 --slow-ms 15 --slow-from-step 4
+rec heldout13 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 1212 --layers-per-stage 2,1,1
+rec heldout13 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 1213 --layers-per-stage 1,2,1,1
+rec heldout13 send-delay-2x3        --dp 2 --pp 3 --steps 6 --seed 1214 --send-delay-rank 2 --send-delay-ms 15
+rec heldout13 send-delay-4x2        --dp 4 --pp 2 --steps 6 --seed 1215 --send-delay-rank 1 --send-delay-ms 20
+rec heldout13 var-seq-2x3           --dp 2 --pp 3 --steps 6 --seed 1216 --var-seq --seq 64
+rec heldout13 var-seq-4x2           --dp 4 --pp 2 --steps 6 --seed 1217 --var-seq --seq 64
+rec heldout13 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1218 --gc-pause
+rec heldout13 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1219 --stall-rank 4 --stall-ms 80
+rec heldout13 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1220 --stall-rank 1 --stall-ms 100
