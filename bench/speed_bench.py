@@ -110,9 +110,9 @@ def against_floor(traces: list[tuple[str, Path]], repeat: int, diagnose: bool) -
     print("\n## analyze against the floor (wall s, CPU s, peak MiB; medians of paired runs)")
     print(
         "| trace | ops | floor wall | CPU | MiB | analyze wall | CPU | MiB | ×floor (wall) | ×floor (CPU) |"
-        + (" diagnose wall | ×analyze wall (CPU) |" if diagnose else "")
+        + (" diagnose wall | CPU | ×analyze wall (CPU) |" if diagnose else "")
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if diagnose else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if diagnose else ""))
     for label, trace in traces:
         cmds = {"floor": [PY, FLOOR, str(trace)], "analyze": [*CLI, "analyze", str(trace), "--json"]}
         if diagnose:
@@ -137,7 +137,7 @@ def _floor_row(
     )
     if diagnose:
         d = r["diagnose" + tag]
-        line += f" {d[0]:.2f} | {d[0] / a[0]:.2f} ({d[1] / a[1]:.2f}) |"
+        line += f" {d[0]:.2f} | {d[1]:.2f} | {d[0] / a[0]:.2f} ({d[1] / a[1]:.2f}) |"
     return line
 
 
