@@ -45,8 +45,9 @@ construction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -187,6 +188,24 @@ def candidates(
     ``transfer``), ``batch`` (``batch_ids`` of the P2P rows), ``links`` (``p2p_links``) and
     ``view`` (``p2p_rows`` of those) may be passed in when the caller has them already.
     """
+    groups = candidate_groups(stats, transfer, limit, base, batch, links, view)
+    return [(name, cells, mask()) for name, cells, mask in groups]
+
+
+Group = tuple[str, list[tuple[int, int]], Callable[[], npt.NDArray[np.bool_]]]
+
+
+def candidate_groups(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    limit: int = MAX_PROBED,
+    base: npt.NDArray[np.float64] | None = None,
+    batch: npt.NDArray[np.int64] | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    view: P2PRows | None = None,
+) -> list[Group]:
+    """:func:`candidates` with each op mask given as how to make it: the names and cells decide
+    whether any candidate stands out (``stands_out``) before a mask is needed."""
     o, d, p = stats.optype, stats.op_dp, stats.op_pp
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
@@ -270,29 +289,34 @@ def candidates(
         touched = unique(own[own >= 0])
         return with_batches(mask | extra | _member(link, touched), batch)
 
-    out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
+    def mask_of(kind: str, i: int, cells: list[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+        r, s = divmod(i, pp)
+        if kind == "link":
+            return with_batches(link == i, batch)
+        if kind == "host":
+            # (each op's host, made only here: a host candidate is rare)
+            return with_collectives(is_comm & (stats.op_host == i), {b for _, b in cells})
+        if kind == "dp":
+            return is_dp & (p == i)
+        if kind == "emb":
+            return is_emb & (d == r)
+        return with_collectives(is_comm & (d == r) & (p == s), {s})
+
+    out: list[Group] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
         r, s = divmod(i, pp)
         if kind == "link":
-            out.append(
-                (
-                    f"pp link dp {r}: stage {s} <-> {s + 1}",
-                    [(r, s), (r, s + 1)],
-                    with_batches(link == i, batch),
-                )
-            )
+            name, cells = f"pp link dp {r}: stage {s} <-> {s + 1}", [(r, s), (r, s + 1)]
         elif kind == "host":
+            name = f"all communication of host {i}"
             cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
-            # (each op's host, made only here: a host candidate is rare)
-            mask = with_collectives(is_comm & (stats.op_host == i), {b for _, b in cells})
-            out.append((f"all communication of host {i}", cells, mask))
         elif kind == "dp":
-            out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
+            name, cells = f"dp group of stage {i}", [(x, i) for x in range(dp)]
         elif kind == "emb":
-            out.append((f"embedding group of dp {r}", [(r, 0), (r, pp - 1)], is_emb & (d == r)))
+            name, cells = f"embedding group of dp {r}", [(r, 0), (r, pp - 1)]
         else:
-            mask = with_collectives(is_comm & (d == r) & (p == s), {s})
-            out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
+            name, cells = f"all communication of dp {r}/pp {s}", [(r, s)]
+        out.append((name, cells, partial(mask_of, kind, i, cells)))
     return out
 
 
@@ -329,7 +353,7 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
 def stands_out(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
+    scored: Sequence[tuple[str, list[tuple[int, int]], object]],
     base: npt.NDArray[np.float64] | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
     view: P2PRows | None = None,
@@ -877,14 +901,14 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     batched = batched_calls(stats)
     base = type_baseline(stats, probe.original, is_comm)
     view = p2p_rows(stats, probe.original, base, links)
-    scored = probe_candidates(
-        stats, lambda: candidates(stats, probe.original, base=base, batch=batch, links=links, view=view)
-    )
-    standout = [False] * len(scored)
-    if batched and scored:
+    # the candidates' names and cells first: their masks are made once the share test below
+    # leaves the candidates something to decide
+    ranked = candidate_groups(stats, probe.original, base=base, batch=batch, links=links, view=view)
+    standout = [False] * len(ranked)
+    if batched and ranked:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
-        standout = stands_out(stats, probe.original, scored, base=base, links=links, view=view)
-    picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
+        standout = stands_out(stats, probe.original, ranked, base=base, links=links, view=view)
+    picked_groups = [g for g, hit in zip(ranked, standout, strict=True) if hit]
     # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
     # is tested on the constant it adds to every transfer: its own share of the slowdown
     # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
@@ -902,8 +926,10 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # Only a candidate that stands out (``picked``, ``floor_found``) may carry the finding when all
     # communication explains under ``MIN_SHARE`` (the first test after the shares, below): with
     # none, that share alone decides, from its own run, before the candidates' runs are made.
-    if not picked and not floor_found and both_views(probe, [is_comm], batched)[0] < MIN_SHARE:
+    if not picked_groups and not floor_found and both_views(probe, [is_comm], batched)[0] < MIN_SHARE:
         return None
+    scored = probe_candidates(stats, lambda: [(name, cells, mask()) for name, cells, mask in ranked])
+    picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
     # All communication, all compute, every candidate and the put-back view of each candidate
     # that stands out in one batch of what-if runs (each scenario's step times do not depend on
     # the batch it is simulated in; the probe keeps them for the views asked for below).

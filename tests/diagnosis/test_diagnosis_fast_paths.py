@@ -596,3 +596,24 @@ def test_fast_op_order_statistics_from_the_dense_layout_are_the_rows(
         rows += [fm.fast_op_factors(stats, a, cells), fm.fastest_ops(stats, a)]
     for got, want in zip(dense, rows, strict=True):
         assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
+
+def test_slow_communication_decides_before_its_candidates_masks() -> None:
+    """On a job whose communication explains little and where no candidate stands out (a faulty
+    machine), slow communication returns None from the all-communication run alone: its
+    candidates' masks and runs are never made. On a slow link they are, and the link is found."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.report_view import ReportView
+
+    found = {}
+    for scenario in (Scenario.FAULTY_MACHINE, Scenario.SLOW_COMMUNICATION):
+        spec = ScenarioSpec(dp=3, pp=4, microbatches=8, steps=4, seed=6, scenarios=[scenario])
+        trace = generate(spec).trace
+        engine = whatif.build_engine(trace)
+        view = ReportView.of(whatif.report_json(trace, engine=engine), trace.meta)
+        assert view.slowdown >= slow_communication.DECOMPOSE_THRESHOLD
+        stats = compute_stats(trace, engine)
+        match = slow_communication.detect(view, stats)
+        made = ("shared", slow_communication.SHARED_CANDIDATES) in stats._cache
+        found[scenario] = (match is not None, made)
+    assert found == {Scenario.FAULTY_MACHINE: (False, False), Scenario.SLOW_COMMUNICATION: (True, True)}
