@@ -258,7 +258,7 @@ def diagnosis_json(
     """
     from diagnosers import whatif
     from diagnosers.detectors import compute_stats, detect_all
-    from diagnosers.marginal import marginal_scenarios
+    from diagnosers.marginal import launch_basis, marginal_scenarios
     from diagnosers.remedies import remedies_for
 
     def tick(frac: float, msg: str) -> None:
@@ -294,7 +294,7 @@ def diagnosis_json(
     tick(0.75, "simulating remedies")
     # the marginal-gain runs are known now: announced, they ride along with the remedies' runs
     planned = marginal_scenarios(causes, stats)
-    if stats.probe is not None:
+    if stats.probe is not None and not launch_basis(causes):  # (those run with the launch delays)
         stats.probe.ahead([v for _, v, _ in planned])
     layers = list(layers_per_stage) if layers_per_stage is not None else trace.meta.layers_per_stage
     remedies = remedies_for(causes, stats, d_report, layers_per_stage=layers, meta=trace.meta)

@@ -274,9 +274,9 @@ def drain_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     )
 
 
-def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
-    """Fix the slow link or group: the gain of idealising the transfers of the candidate the
-    detector named (``evidence['group']``), or of every communication op when it named none."""
+def comm_fix_mask(match: CauseMatch, stats: TraceStats, probe: Probe) -> npt.NDArray[np.bool_]:
+    """The ops the slow-communication fix idealises: the transfers of the candidate the detector
+    named (``evidence['group']``), or every communication op when it named none."""
     from diagnosers.detectors.slow_communication import (
         candidates,
         comm_mask,
@@ -291,7 +291,13 @@ def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
     # a link direction found by its send floor is among the detector's floor candidates
     floors = probe_floor_candidates(stats) if probe is stats.probe else []
     found = [*((name, m) for name, _, m in scored), *((c.name, c.mask) for c in floors)]
-    mask = next((m for name, m in found if name == group), is_comm)
+    return next((m for name, m in found if name == group), is_comm)
+
+
+def comm_remedy(match: CauseMatch, stats: TraceStats, probe: Probe) -> Remedy:
+    """Fix the slow link or group: the gain of idealising the transfers of ``comm_fix_mask``."""
+    group = str(match.evidence.get("group", ""))
+    mask = comm_fix_mask(match, stats, probe)
     t_after = float(probe.masked_means([mask])[0])
     return Remedy(
         cause_id=match.id.value,

@@ -21,7 +21,7 @@ Definitions (the artifact's):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,51 @@ class WhatIfEngine:
         trace): then each scenario over the rows is fully given by its per-row values."""
         t = self.template
         return len(t.flat_index) == t.n_nodes * t.dp * len(self.steps)
+
+    def type_values(self, codes: Iterable[int]) -> dict[int, Array] | None:
+        """Per op-type code of ``codes`` that the trace has: every row's original duration of that
+        type, read node by node from the dense layout (an order of its own, not the rows'). Only
+        where those cells are exactly the rows: a template rebuilt from the op table (a node's rows
+        all of its op type) with one op in every cell (``fills_every_cell``); None otherwise (a
+        reader-stated graph, an irregular trace)."""
+        if self.trace.graph is not None or not self.fills_every_cell:
+            return None
+        t = self.template
+        present = set(t.optype.tolist())  # node-sized
+        return {c: self.orig_dense[t.optype == c].reshape(-1) for c in sorted(set(codes) & present)}
+
+    def order_statistic(
+        self, code: int, fraction: float, steps: npt.NDArray[np.bool_] | None = None, per_step: bool = False
+    ) -> Array | None:
+        """Per worker ``(dp, pp)``, or with ``per_step`` per (step, worker) cell ``(n_steps, dp, pp)``:
+        the original duration at position ``floor(fraction * (n - 1))`` of its ``n`` ops of type
+        ``code`` in ascending order, over the ``steps`` (a mask over step indices; every step by
+        default, and always with ``per_step``); NaN where there are none. Read where the values
+        lie, each stage's nodes of that type a (nodes, dp, steps) block of the dense layout, so no
+        row is found or gathered: an order statistic does not depend on the order of its values.
+        Only where the cells are exactly the rows (as :meth:`type_values`); None otherwise."""
+        if self.trace.graph is not None or not self.fills_every_cell:
+            return None
+        t = self.template
+        dp, ns = self.shape
+        sel = np.ones(ns, dtype=bool) if steps is None or per_step else np.asarray(steps, dtype=bool)
+        out = np.full((ns, dp, t.pp) if per_step else (dp, t.pp), np.nan)
+        n_sel = int(sel.sum())
+        of_type = t.optype == code
+        for p in range(t.pp):
+            nodes = np.flatnonzero(of_type & (t.stage == p))
+            if not nodes.size or not n_sel:
+                continue
+            block = self.orig_dense[nodes]  # (m, dp, ns): each (dp, step) cell's m ops of the type
+            if per_step:
+                at = math.floor(fraction * (len(nodes) - 1))
+                out[:, :, p] = np.partition(block, at, axis=0)[at].T
+            else:
+                # each DP rank's ops over the steps asked for, one row per rank
+                per_rank = block[:, :, sel].transpose(1, 0, 2).reshape(dp, -1)
+                at = math.floor(fraction * (per_rank.shape[1] - 1))
+                out[:, p] = np.partition(per_rank, at, axis=1)[:, at]
+        return out
 
     @property
     def shape(self) -> tuple[int, int]:

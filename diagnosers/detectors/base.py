@@ -140,6 +140,12 @@ class Engine(Protocol):
     @property
     def fills_every_cell(self) -> bool: ...
 
+    def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None: ...
+
+    def order_statistic(
+        self, code: int, fraction: float, steps: npt.NDArray[np.bool_] | None = None, per_step: bool = False
+    ) -> npt.NDArray[np.float64] | None: ...
+
 
 class Probe:
     """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
@@ -164,6 +170,9 @@ class Probe:
         self._vectors: dict[int, tuple[npt.NDArray[np.float64], float]] = {}
         # read-only vectors announced with ``ahead``: they join the next batch of vector runs
         self._ahead: list[npt.NDArray[np.float64]] = []
+        # masked scenarios announced with ``ahead_masked`` (by key): they join the next batch of
+        # masked runs in the ideal-inside direction
+        self._ahead_masks: dict[tuple[bool, int, bytes], npt.NDArray[np.bool_]] = {}
         # with an op in every cell of the engine's dense layout, "mask original, the rest ideal"
         # is the scenario "the rest ideal, mask original": both directions share one memo entry
         self._complement_is_same = bool(engine.fills_every_cell)
@@ -175,6 +184,13 @@ class Probe:
         if self._ideal is None:
             self._ideal = np.asarray(self.engine.ideal, dtype=np.float64)
         return self._ideal
+
+    def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None:
+        """Per op-type code of ``codes`` that the trace has: the original durations of all its ops,
+        in an order of their own (the engine's dense layout, node by node), or None where the
+        engine cannot give them so (``WhatIfEngine.type_values``). For statistics that do not
+        depend on the order of the values (quantiles), without finding and gathering the rows."""
+        return self.engine.type_values(codes)
 
     def step_times(self, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Simulated step times, shape (k, n_steps), for a (k, n_ops) or (n_ops,) batch."""
@@ -256,19 +272,42 @@ class Probe:
             keys = [_mask_key(~np.asarray(m, dtype=bool), True) for m in masks]
         else:
             keys = [_mask_key(m, ideal_inside) for m in masks]
-        first: dict[tuple[bool, int, bytes], int] = {}  # each new scenario once
-        for i, k in enumerate(keys):
+        todo: dict[tuple[bool, int, bytes], npt.NDArray[np.bool_]] = {}  # each new scenario once
+        for k, m in zip(keys, masks, strict=True):
             if k not in self._masked:
-                first.setdefault(k, i)
-        todo = list(first.values())
+                todo.setdefault(k, m)
+        if todo and ideal_inside:
+            # the announced scenarios ride along with a batch that runs anyway (a scenario's step
+            # times do not depend on the batch it is simulated in)
+            for k, m in self._ahead_masks.items():
+                if k not in self._masked:
+                    todo.setdefault(k, m)
+            self._ahead_masks = {}
+        order = list(todo)
         n = max(len(self.original), 1)
         chunk = int(max(1, min(64, MASKED_BATCH_CELLS // n)))
-        for c in range(0, len(todo), chunk):
-            part = todo[c : c + chunk]
-            run = self.engine.simulate_masked([masks[i] for i in part], ideal_inside=ideal_inside)
-            for i, t in zip(part, np.asarray(run).mean(axis=1), strict=True):
-                self._masked[keys[i]] = float(t)
+        for c in range(0, len(order), chunk):
+            part = order[c : c + chunk]
+            run = self.engine.simulate_masked([todo[k] for k in part], ideal_inside=ideal_inside)
+            for k, t in zip(part, np.asarray(run).mean(axis=1), strict=True):
+                self._masked[k] = float(t)
         return np.array([self._masked[k] for k in keys], dtype=np.float64)
+
+    def ahead_masked(self, masks: Sequence[npt.NDArray[np.bool_]], ideal_inside: Sequence[bool]) -> None:
+        """Announce masked scenarios (:meth:`masked_means` of ``masks[i]`` in direction
+        ``ideal_inside[i]``) that will be asked for later: the next batch of masked runs with the
+        masked ops ideal, whoever asks for it, runs them too, so they cost no engine pass of their
+        own. A scenario "mask original, the rest ideal" joins only when it is "the complement
+        ideal" (an op in every cell of the dense layout); otherwise it runs when asked for."""
+        for m, inside in zip(masks, ideal_inside, strict=True):
+            m = np.asarray(m, dtype=bool)
+            if not inside:
+                if not self._complement_is_same:
+                    continue
+                m = ~m
+            k = _mask_key(m, True)
+            if k not in self._masked:
+                self._ahead_masks.setdefault(k, m)
 
     def mixed_means(
         self, masks: Sequence[npt.NDArray[np.bool_]], ideal_inside: Sequence[bool]
@@ -475,6 +514,25 @@ class TraceStats:
             return np.take(table, self.optype)
 
         return self.cached(("of_types", tuple(wanted.tolist())), make)
+
+    def order_statistics(
+        self,
+        codes: Sequence[int],
+        fraction: float,
+        steps: npt.NDArray[np.bool_] | None = None,
+        per_step: bool = False,
+    ) -> list[npt.NDArray[np.float64]] | None:
+        """Per op-type code: each worker's (with ``per_step``: each (step, worker) cell's) value at
+        position ``floor(fraction * (n - 1))`` of its ops' ``transfer`` times in ascending order,
+        over the ``steps`` mask (``faulty_machine.worker_order_statistic`` of those rows; NaN where
+        there are none), read from the engine's dense layout (``WhatIfEngine.order_statistic``).
+        None where that cannot be done: no probe, ``transfer`` not the probe's, or an engine whose
+        cells are not exactly the rows; the rows' own computation applies then."""
+        probe = self.probe
+        if probe is None or self.transfer is not probe.original:
+            return None
+        out = [probe.engine.order_statistic(c, fraction, steps, per_step) for c in codes]
+        return None if any(q is None for q in out) else [q for q in out if q is not None]
 
     @property
     def op_worker(self) -> npt.NDArray[np.int32]:

@@ -478,13 +478,20 @@ def fast_op_factors(stats: TraceStats, affected: np.ndarray, cells: list[tuple[i
     has the job's highest factor in every persistent case, 1.13-4.5x)."""
     out = np.zeros((stats.dp, stats.pp))
     used = 0
-    in_steps = affected[stats.op_step_index]
-    for code in (FWD, BWD):
-        rows = np.flatnonzero((stats.optype == code) & in_steps)
-        if not rows.size:
-            continue
-        worker = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
-        q = worker_order_statistic(worker, stats.transfer[rows], stats.dp * stats.pp, FAST_OP_QUANTILE)
+    # the same order statistics read from the engine's dense layout when it holds the rows
+    dense = stats.order_statistics((FWD, BWD), FAST_OP_QUANTILE, affected)
+    in_steps = affected[stats.op_step_index] if dense is None else None
+    for k, code in enumerate((FWD, BWD)):
+        if dense is not None:
+            q = dense[k]
+            if np.isnan(q).all():
+                continue  # no such op in the steps
+        else:
+            rows = np.flatnonzero((stats.optype == code) & in_steps)
+            if not rows.size:
+                continue
+            worker = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
+            q = worker_order_statistic(worker, stats.transfer[rows], stats.dp * stats.pp, FAST_OP_QUANTILE)
         q = q.reshape(stats.dp, stats.pp)
         ref = peer_reference(np.nan_to_num(q, nan=0.0)[None], cells)[0]
         out += np.log(np.maximum(q, 1e-12) / np.maximum(ref, 1e-12)[None, :])
@@ -501,13 +508,20 @@ def fast_op_steps(stats: TraceStats) -> np.ndarray:
     logs = np.zeros(stats.n_steps * n_cells)
     used = 0
     seen = np.ones(stats.n_steps * n_cells, dtype=bool)
-    for code in (FWD, BWD):
-        rows = np.flatnonzero(stats.optype == code)
-        if not rows.size:
-            continue
-        key = stats.op_cell[rows]  # (step_index * dp + dp_rank) * pp + stage, made once
-        # each (step, worker)'s order statistic, by a partition where the cells hold alike
-        q = worker_order_statistic(key, stats.transfer[rows], stats.n_steps * n_cells, FAST_OP_QUANTILE)
+    # the same order statistics read from the engine's dense layout when it holds the rows
+    dense = stats.order_statistics((FWD, BWD), FAST_OP_QUANTILE, per_step=True)
+    for k, code in enumerate((FWD, BWD)):
+        if dense is not None:
+            q = dense[k].reshape(-1)
+            if np.isnan(q).all():
+                continue  # no such op
+        else:
+            rows = np.flatnonzero(stats.optype == code)
+            if not rows.size:
+                continue
+            key = stats.op_cell[rows]  # (step_index * dp + dp_rank) * pp + stage, made once
+            # each (step, worker)'s order statistic, by a partition where the cells hold alike
+            q = worker_order_statistic(key, stats.transfer[rows], stats.n_steps * n_cells, FAST_OP_QUANTILE)
         present = np.isfinite(q)
         seen &= present & (np.where(present, q, 0.0) > 0)
         logs += np.log(np.maximum(np.where(present, q, 1.0), 1e-12))
@@ -535,6 +549,9 @@ def fastest_op_ratios(stats: TraceStats, affected: np.ndarray, cells: list[tuple
 def fastest_ops(stats: TraceStats, affected: np.ndarray) -> np.ndarray:
     """(2, dp, pp) each worker's fastest forward (row 0) and fastest backward (row 1) duration in
     the ``affected`` steps; NaN where it has none."""
+    dense = stats.order_statistics((FWD, BWD), 0.0, affected)  # from the dense layout, when it can
+    if dense is not None:
+        return np.stack(dense)
     out = np.full((2, stats.dp, stats.pp), np.nan)
     in_steps = affected[stats.op_step_index]
     for i, code in enumerate((FWD, BWD)):

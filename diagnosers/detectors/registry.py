@@ -10,6 +10,9 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from diagnosers.detectors.base import CauseMatch, TraceStats
 from diagnosers.vocab import CauseId
 
@@ -26,6 +29,11 @@ FALLBACKS: list[Detector] = []
 Beside = Callable[["Report", TraceStats, list[CauseMatch]], CauseMatch | None]
 _F = TypeVar("_F", Detector, Beside)
 BESIDE: list[Beside] = []
+# Masked what-if scenarios a detector will ask for whatever the others find, announced before
+# any detector runs (``Probe.ahead_masked``): each plan gives ``(masks, ideal_inside)``, and the
+# first batch of masked runs, whichever detector asks for it, runs them along.
+Plan = Callable[["Report", TraceStats], tuple[list[npt.NDArray[np.bool_]], list[bool]]]
+PLANS: list[Plan] = []
 
 # The cause modules, imported on first use so that importing the registry stays cheap.
 DETECTOR_MODULES: tuple[str, ...] = (
@@ -61,6 +69,12 @@ def register_beside(fn: Beside) -> Beside:
     return fn
 
 
+def register_plan(fn: Plan) -> Plan:
+    """Decorator: ``fn`` announces the masked scenarios its detector will ask for (``PLANS``)."""
+    PLANS.append(fn)
+    return fn
+
+
 def all_detectors() -> dict[CauseId, Detector]:
     """Every registered detector, by cause id."""
     for name in DETECTOR_MODULES:
@@ -80,7 +94,11 @@ def detect_all(report: Report, stats: TraceStats) -> list[CauseMatch]:
     With no match, the first fallback finding that holds (``register_fallback``: the
     outlier-worker finding of ``faulty_machine``). With matches, each ``register_beside`` finding
     that holds is added (a worker the matched causes leave unexplained)."""
-    matches = [m for fn in all_detectors().values() if (m := fn(report, stats)) is not None]
+    detectors = all_detectors()
+    if stats.probe is not None:
+        for plan in PLANS:
+            stats.probe.ahead_masked(*plan(report, stats))
+    matches = [m for fn in detectors.values() if (m := fn(report, stats)) is not None]
     if not matches:
         # Never silent while one worker stands out of the job's noise: report it as what it is.
         for fallback in _in_module_order(FALLBACKS):

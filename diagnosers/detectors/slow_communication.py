@@ -45,8 +45,9 @@ construction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,7 +64,7 @@ from diagnosers.detectors.base import (
 )
 from diagnosers.detectors.faulty_machine import worker_order_statistic
 from diagnosers.detectors.peers import median_of_others, noise_floor, peer_ratio
-from diagnosers.detectors.registry import register
+from diagnosers.detectors.registry import register, register_plan
 from diagnosers.model import COMM_OPTYPES, OPTYPE_CODE, OPTYPES
 from diagnosers.npplain import median, percentile, unique
 from diagnosers.vocab import DECOMPOSE_THRESHOLD, CauseId, Pattern, Resource, Spatial, Temporal
@@ -187,6 +188,24 @@ def candidates(
     ``transfer``), ``batch`` (``batch_ids`` of the P2P rows), ``links`` (``p2p_links``) and
     ``view`` (``p2p_rows`` of those) may be passed in when the caller has them already.
     """
+    groups = candidate_groups(stats, transfer, limit, base, batch, links, view)
+    return [(name, cells, mask()) for name, cells, mask in groups]
+
+
+Group = tuple[str, list[tuple[int, int]], Callable[[], npt.NDArray[np.bool_]]]
+
+
+def candidate_groups(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    limit: int = MAX_PROBED,
+    base: npt.NDArray[np.float64] | None = None,
+    batch: npt.NDArray[np.int64] | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    view: P2PRows | None = None,
+) -> list[Group]:
+    """:func:`candidates` with each op mask given as how to make it: the names and cells decide
+    whether any candidate stands out (``stands_out``) before a mask is needed."""
     o, d, p = stats.optype, stats.op_dp, stats.op_pp
     dp, pp = stats.dp, stats.pp
     is_comm = comm_mask(stats)
@@ -223,7 +242,6 @@ def candidates(
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
     p2p_ratio = np.divide(view.worker_ratio_sum, p2p_n, out=np.ones(dp * pp), where=p2p_n > 0)
     elevated = (p2p_n > 0) & (p2p_ratio >= 2.0)
-    host = stats.op_host
     hosts_flat = stats.host_of.reshape(-1)  # index = d * pp + p
     in_slow_host = np.zeros(dp * pp, dtype=bool)
     n_hosts = len(unique(hosts_flat[hosts_flat >= 0]))
@@ -271,28 +289,34 @@ def candidates(
         touched = unique(own[own >= 0])
         return with_batches(mask | extra | _member(link, touched), batch)
 
-    out: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]] = []
+    def mask_of(kind: str, i: int, cells: list[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+        r, s = divmod(i, pp)
+        if kind == "link":
+            return with_batches(link == i, batch)
+        if kind == "host":
+            # (each op's host, made only here: a host candidate is rare)
+            return with_collectives(is_comm & (stats.op_host == i), {b for _, b in cells})
+        if kind == "dp":
+            return is_dp & (p == i)
+        if kind == "emb":
+            return is_emb & (d == r)
+        return with_collectives(is_comm & (d == r) & (p == s), {s})
+
+    out: list[Group] = []
     for _, kind, i in sorted(scored, key=lambda t: -t[0])[:limit]:
         r, s = divmod(i, pp)
         if kind == "link":
-            out.append(
-                (
-                    f"pp link dp {r}: stage {s} <-> {s + 1}",
-                    [(r, s), (r, s + 1)],
-                    with_batches(link == i, batch),
-                )
-            )
+            name, cells = f"pp link dp {r}: stage {s} <-> {s + 1}", [(r, s), (r, s + 1)]
         elif kind == "host":
+            name = f"all communication of host {i}"
             cells = [(int(a), int(b)) for a, b in zip(*np.nonzero(stats.host_of == i), strict=True)]
-            mask = with_collectives(is_comm & (host == i), {b for _, b in cells})
-            out.append((f"all communication of host {i}", cells, mask))
         elif kind == "dp":
-            out.append((f"dp group of stage {i}", [(x, i) for x in range(dp)], is_dp & (p == i)))
+            name, cells = f"dp group of stage {i}", [(x, i) for x in range(dp)]
         elif kind == "emb":
-            out.append((f"embedding group of dp {r}", [(r, 0), (r, pp - 1)], is_emb & (d == r)))
+            name, cells = f"embedding group of dp {r}", [(r, 0), (r, pp - 1)]
         else:
-            mask = with_collectives(is_comm & (d == r) & (p == s), {s})
-            out.append((f"all communication of dp {r}/pp {s}", [(r, s)], mask))
+            name, cells = f"all communication of dp {r}/pp {s}", [(r, s)]
+        out.append((name, cells, partial(mask_of, kind, i, cells)))
     return out
 
 
@@ -329,7 +353,7 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
 def stands_out(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
+    scored: Sequence[tuple[str, list[tuple[int, int]], object]],
     base: npt.NDArray[np.float64] | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
     view: P2PRows | None = None,
@@ -738,17 +762,25 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
 
 def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """Per op: an id shared by the P2P rows of one batched call (same worker, step and start time;
-    a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere."""
+    a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere.
+
+    Only which rows share an id means anything (its readers test membership and count rows per
+    id). The ids number the runs of equal (cell, start) in ``np.lexsort((start, cell))`` order of
+    the P2P rows; when the rows are stored in (step, worker) blocks, each in time order
+    (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
+    blocks' order splits no run and joins none, their cells differing), so the runs are numbered
+    as they are stored, without the sort and its gathers: the same calls, other numbers."""
     out = np.full(stats.n_ops, -1, dtype=np.int64)
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
     cell = stats.op_cell[idx]
     start = stats.op_start[idx]
-    order = _by_cell_then_start(cell, start)
-    c, t = cell[order], start[order]
-    new_group = np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]
-    out[idx[order]] = np.cumsum(new_group) - 1
+    if not _in_cell_blocks(cell, start):
+        order = np.lexsort((start, cell))
+        idx, cell, start = idx[order], cell[order], start[order]
+    new_group = np.r_[True, (cell[1:] != cell[:-1]) | (start[1:] != start[:-1])]
+    out[idx] = np.cumsum(new_group) - 1
     return out
 
 
@@ -761,26 +793,17 @@ def p2p_batch_ids(stats: TraceStats) -> npt.NDArray[np.int64]:
     return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
-def _by_cell_then_start(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """``np.lexsort((start, cell))``. Traces are stored in (step, worker) blocks with each worker's
-    ops in time order; then the sorted order is the blocks ordered by cell, each kept as it is,
-    and only the blocks are sorted (a full lexsort of the rows is most of the detector's time)."""
-    if len(cell) == 0:
-        return np.zeros(0, dtype=np.int64)
-    change = np.flatnonzero(cell[1:] != cell[:-1]) + 1
-    same = np.ones(len(cell), dtype=bool)
-    same[change] = False
-    same[0] = False
-    contiguous = len(change) + 1 == np.count_nonzero(np.bincount(cell))
-    if not contiguous or not bool(np.all(start[1:][same[1:]] >= start[:-1][same[1:]])):
-        return np.lexsort((start, cell))
-    first = np.r_[0, change]
-    length = np.diff(np.r_[first, len(cell)])
-    by_cell = np.argsort(cell[first], kind="stable")
-    first, length = first[by_cell], length[by_cell]
-    # row j of the sorted order is row first[b] + (j - where block b begins in the sorted order)
-    begin = np.cumsum(length) - length
-    return np.repeat(first - begin, length) + np.arange(len(cell))
+def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> bool:
+    """Whether the rows come in blocks of one cell each (every cell in one run of rows), each
+    block's start times ascending (ties allowed): how traces store their (step, worker) blocks,
+    each worker's ops in time order."""
+    if len(cell) < 2:
+        return True
+    same = cell[1:] == cell[:-1]
+    runs = len(cell) - int(np.count_nonzero(same))
+    if runs != np.count_nonzero(np.bincount(cell)):
+        return False
+    return bool(np.all(start[1:][same] >= start[:-1][same]))
 
 
 def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -808,7 +831,20 @@ def type_baseline(
     """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere).
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
-    type, the method's median ideal is itself slow; the lower quartile is not."""
+    type, the method's median ideal is itself slow; the lower quartile is not. A quartile does not
+    depend on the order of the values: of the probe's transfer times and the communication rows,
+    each type's values are read from the engine's dense layout where its cells are the rows
+    (``Probe.type_values``), without finding and sorting the rows."""
+    top = int(stats.optype.max(initial=-1)) + 1
+    probe = stats.probe
+    dense = None
+    if probe is not None and transfer is probe.original and is_comm is comm_mask(stats):
+        dense = probe.type_values(COMM_CODES.tolist())
+    if dense is not None:
+        table = np.zeros(top, dtype=transfer.dtype)
+        for kind, values in dense.items():
+            table[kind] = percentile(values, 25)
+        return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
@@ -819,11 +855,36 @@ def type_baseline(
     starts = np.cumsum(counts) - counts
     by_type = transfer[rows[order]]
     # one quartile per type, then one lookup per op (a scatter per type wrote every row again)
-    table = np.zeros(max(len(counts), int(stats.optype.max(initial=-1)) + 1), dtype=transfer.dtype)
+    table = np.zeros(max(len(counts), top), dtype=transfer.dtype)
     for code in np.flatnonzero(counts):
         table[code] = percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
     # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
     return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+
+
+def batched_calls(stats: TraceStats) -> bool:
+    """Whether any P2P call of the trace is batched (``p2p_batch_ids``: an id on two rows or
+    more), made once per trace statistics."""
+
+    def make() -> bool:
+        batch = p2p_batch_ids(stats)
+        ids = batch[batch >= 0]
+        return bool(ids.size) and bool((np.bincount(ids) > 1).any())
+
+    return stats.shared("slow-communication batched calls", make)
+
+
+@register_plan
+def planned_runs(report: Report, stats: TraceStats) -> tuple[list[npt.NDArray[np.bool_]], list[bool]]:
+    """The masked scenarios :func:`detect` asks for whatever it finds, as ``(masks, ideal_inside)``:
+    all communication idealised, and put back alone too without batched P2P calls
+    (``both_views``); none where it judges nothing."""
+    if report.slowdown < DECOMPOSE_THRESHOLD or stats.probe is None:
+        return [], []
+    is_comm = comm_mask(stats)
+    if batched_calls(stats):
+        return [is_comm], [True]
+    return [is_comm, is_comm], [True, False]
 
 
 @register(CauseId.SLOW_COMMUNICATION)
@@ -837,17 +898,37 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # stands_out
     links = p2p_links(stats)
     batch = p2p_batch_ids(stats)
-    ids = batch[batch >= 0]
-    batched = bool(ids.size) and bool((np.bincount(ids) > 1).any())
+    batched = batched_calls(stats)
     base = type_baseline(stats, probe.original, is_comm)
     view = p2p_rows(stats, probe.original, base, links)
-    scored = probe_candidates(
-        stats, lambda: candidates(stats, probe.original, base=base, batch=batch, links=links, view=view)
-    )
-    standout = [False] * len(scored)
-    if batched and scored:
+    # the candidates' names and cells first: their masks are made once the share test below
+    # leaves the candidates something to decide
+    ranked = candidate_groups(stats, probe.original, base=base, batch=batch, links=links, view=view)
+    standout = [False] * len(ranked)
+    if batched and ranked:
         # A candidate whose own transfers stand out carries its put-back cost too (module doc).
-        standout = stands_out(stats, probe.original, scored, base=base, links=links, view=view)
+        standout = stands_out(stats, probe.original, ranked, base=base, links=links, view=view)
+    picked_groups = [g for g, hit in zip(ranked, standout, strict=True) if hit]
+    # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
+    # is tested on the constant it adds to every transfer: its own share of the slowdown
+    # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
+    # (``DECOMPOSE_THRESHOLD``: with a small gap a few milliseconds are a large share), or a clear
+    # slowdown alone (``CLEAR_ALONE``). Slow in every transfer, it is persistent by construction.
+    # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
+    # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
+    # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
+    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
+    floor_found = [
+        (c, v)
+        for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
+        if (v >= MIN_SHARE and alone >= DECOMPOSE_THRESHOLD) or alone >= CLEAR_ALONE
+    ]
+    # Only a candidate that stands out (``picked``, ``floor_found``) may carry the finding when all
+    # communication explains under ``MIN_SHARE`` (the first test after the shares, below): with
+    # none, that share alone decides, from its own run, before the candidates' runs are made.
+    if not picked_groups and not floor_found and both_views(probe, [is_comm], batched)[0] < MIN_SHARE:
+        return None
+    scored = probe_candidates(stats, lambda: [(name, cells, mask()) for name, cells, mask in ranked])
     picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
     # All communication, all compute, every candidate and the put-back view of each candidate
     # that stands out in one batch of what-if runs (each scenario's step times do not depend on
@@ -869,20 +950,6 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     waits = floor_normal(stats, probe.original, links[1], batch, scored)
     held_by_waits = max((v for v, w in zip(shares, waits, strict=True) if w), default=0.0)
     shares = [0.0 if w else v for v, w in zip(shares, waits, strict=True)]
-    # A link direction whose fastest lone sends stand out of its peer links' (``floor_candidates``)
-    # is tested on the constant it adds to every transfer: its own share of the slowdown
-    # (``MIN_SHARE``, as every candidate) with a slowdown alone that the method would decompose
-    # (``DECOMPOSE_THRESHOLD``: with a small gap a few milliseconds are a large share), or a clear
-    # slowdown alone (``CLEAR_ALONE``). Slow in every transfer, it is persistent by construction.
-    # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
-    # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
-    # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
-    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
-    floor_found = [
-        (c, v)
-        for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
-        if (v >= MIN_SHARE and alone >= DECOMPOSE_THRESHOLD) or alone >= CLEAR_ALONE
-    ]
     floor_of = {c.name: c for c, _ in floor_found}
     # a candidate that may carry the finding: its own MIN_SHARE, or its send floor's test passed
     qualified = [v >= MIN_SHARE for v in shares] + [True for _ in floor_found]

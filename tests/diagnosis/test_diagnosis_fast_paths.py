@@ -461,3 +461,159 @@ def test_worker_order_statistic_is_the_per_worker_sort(layout: str) -> None:
                 want[w] = mine[int(np.floor(fraction * (mine.size - 1)))]
         got = worker_order_statistic(worker, dur, n_workers, fraction)
         assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_announced_masked_scenarios_ride_along_with_the_same_numbers() -> None:
+    """Masked scenarios announced with ``Probe.ahead_masked`` run in the next batch of masked runs
+    (one engine pass for both), with the numbers each gives run alone; a batch answered from the
+    memo alone does not run them, and the other direction joins only as the complement."""
+    from diagnosers.detectors.base import Probe
+
+    trace = _job(False, True)
+    engine = whatif.build_engine(trace)
+    assert engine.fills_every_cell
+    rng = np.random.default_rng(8)
+    a, b, c = (rng.random(len(trace.ops)) < q for q in (0.1, 0.3, 0.5))
+    passes: list[int] = []
+    plain = engine.simulate_masked
+
+    def counted(masks: Any, *, ideal_inside: bool = True) -> Any:
+        passes.append(len(masks))
+        return plain(masks, ideal_inside=ideal_inside)
+
+    probe = Probe(engine)
+    probe.masked_means([a])
+    engine.simulate_masked = counted  # type: ignore[method-assign]
+    probe.ahead_masked([b, c], [True, False])
+    probe.masked_means([a])  # from the memo: no pass, the announced ones wait
+    assert passes == []
+    got = probe.masked_means([b])  # one pass: b, and c's reverse as its complement
+    assert passes == [2]
+    assert probe.masked_means([c], ideal_inside=False)[0] == probe.masked_means([~c])[0]
+    assert passes == [2]
+    engine.simulate_masked = plain  # type: ignore[method-assign]
+    assert got[0] == np.asarray(plain([b])).mean(axis=1)[0]
+    assert probe.masked_means([~c])[0] == np.asarray(plain([c], ideal_inside=False)).mean(axis=1)[0]
+
+
+def test_slow_communication_plans_what_it_asks_for() -> None:
+    """The scenarios slow communication announces before the detectors run are ones it asks for:
+    after it has judged, none of them is left to run (every announced key is in the memo)."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.report_view import ReportView
+
+    judged = 0
+    for schedule, scenario in (
+        (Schedule.ONE_F_ONE_B, Scenario.SLOW_COMMUNICATION),
+        (Schedule.INTERLEAVED, Scenario.SLOW_COMMUNICATION),
+        (Schedule.GPIPE, Scenario.FAULTY_MACHINE),
+        (Schedule.ONE_F_ONE_B, Scenario.NONE),
+    ):
+        vpp = 2 if schedule is Schedule.INTERLEAVED else 1
+        spec = ScenarioSpec(dp=3, pp=4, vpp=vpp, microbatches=8, steps=4, seed=6, schedule=schedule,
+                            scenarios=[scenario])
+        trace = generate(spec).trace
+        engine = whatif.build_engine(trace)
+        view = ReportView.of(whatif.report_json(trace, engine=engine), trace.meta)
+        stats = compute_stats(trace, engine)
+        assert stats.probe is not None
+        masks, inside = slow_communication.planned_runs(view, stats)
+        if view.slowdown < slow_communication.DECOMPOSE_THRESHOLD:
+            assert masks == []
+            continue
+        assert masks
+        judged += 1
+        stats.probe.ahead_masked(masks, inside)
+        announced = set(stats.probe._ahead_masks)
+        slow_communication.detect(view, stats)
+        assert announced <= set(stats.probe._masked)
+    assert judged >= 3
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 18])
+def test_step_ends_by_chunks_are_the_full_reduction(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnosers.detectors import stats as stats_module
+    from diagnosers.readers.normalize import reduce_into
+
+    monkeypatch.setattr(stats_module, "_END_CHUNK", chunk)
+    for shuffle in (False, True):
+        trace = _job(False, shuffle)
+        ops = trace.ops
+        steps, si = stats_module._step_index(ops.step)
+        want = reduce_into(np.maximum, si, ops.start_ts + ops.duration, len(steps), -np.inf)
+        got = stats_module._step_ends(si, ops.start_ts, ops.duration, len(steps))
+        assert np.array_equal(got, want)
+        assert np.array_equal(compute_stats(trace).step_time, want - reduce_into(
+            np.minimum, si, ops.start_ts, len(steps), np.inf))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_type_baselines_from_the_dense_layout_are_the_rows(interleaved: bool, shuffle: bool) -> None:
+    """The lower quartiles read from the engine's dense layout are the ones of the rows' transfer
+    times (the row path runs for any other transfer vector, here an equal copy)."""
+    from diagnosers.detectors.slow_communication import comm_mask, type_baseline
+
+    trace = _job(interleaved, shuffle)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    assert stats.probe is not None
+    original = stats.probe.original
+    assert stats.probe.type_values([FWD_CODE]) is not None  # the dense path is the one taken
+    got = type_baseline(stats, original, comm_mask(stats))
+    want = type_baseline(stats, original.copy(), comm_mask(stats))
+    assert np.array_equal(got, want) and want.any()
+    codes = np.unique(stats.optype).tolist()
+    by_type = stats.probe.type_values(codes)
+    assert by_type is not None and sorted(by_type) == codes
+    for code, values in by_type.items():
+        assert np.array_equal(np.sort(values), np.sort(original[stats.optype == code]))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_fast_op_order_statistics_from_the_dense_layout_are_the_rows(
+    interleaved: bool, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The faulty machine's fast-op statistics read from the engine's dense layout
+    (``TraceStats.order_statistics``) against the same statistics from the rows."""
+    from diagnosers.detectors import faulty_machine as fm
+    from diagnosers.detectors.base import TraceStats
+
+    trace = _job(interleaved, shuffle)
+    stats = compute_stats(trace, whatif.build_engine(trace))
+    rng = np.random.default_rng(3)
+    affected = [np.ones(stats.n_steps, dtype=bool), rng.random(stats.n_steps) < 0.6,
+                np.zeros(stats.n_steps, dtype=bool)]
+    affected[1][0] = True
+    cells = [(1, 2)]
+    assert stats.order_statistics([FWD_CODE], 0.1) is not None  # the dense path is the one taken
+    dense = [fm.fast_op_steps(stats)]
+    for a in affected:
+        dense += [fm.fast_op_factors(stats, a, cells), fm.fastest_ops(stats, a)]
+    monkeypatch.setattr(TraceStats, "order_statistics", lambda *args, **kwargs: None)
+    rows = [fm.fast_op_steps(stats)]
+    for a in affected:
+        rows += [fm.fast_op_factors(stats, a, cells), fm.fastest_ops(stats, a)]
+    for got, want in zip(dense, rows, strict=True):
+        assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
+
+def test_slow_communication_decides_before_its_candidates_masks() -> None:
+    """On a job whose communication explains little and where no candidate stands out (a faulty
+    machine), slow communication returns None from the all-communication run alone: its
+    candidates' masks and runs are never made. On a slow link they are, and the link is found."""
+    from diagnosers.detectors import slow_communication
+    from diagnosers.report_view import ReportView
+
+    found = {}
+    for scenario in (Scenario.FAULTY_MACHINE, Scenario.SLOW_COMMUNICATION):
+        spec = ScenarioSpec(dp=3, pp=4, microbatches=8, steps=4, seed=6, scenarios=[scenario])
+        trace = generate(spec).trace
+        engine = whatif.build_engine(trace)
+        view = ReportView.of(whatif.report_json(trace, engine=engine), trace.meta)
+        assert view.slowdown >= slow_communication.DECOMPOSE_THRESHOLD
+        stats = compute_stats(trace, engine)
+        match = slow_communication.detect(view, stats)
+        made = ("shared", slow_communication.SHARED_CANDIDATES) in stats._cache
+        found[scenario] = (match is not None, made)
+    assert found == {Scenario.FAULTY_MACHINE: (False, False), Scenario.SLOW_COMMUNICATION: (True, True)}

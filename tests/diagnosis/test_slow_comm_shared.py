@@ -147,13 +147,13 @@ def test_the_remedy_reuses_the_detectors_candidates(
     stats = _stats(schedule, vpp)
     assert stats.probe is not None
     made: list[int] = []
-    real = slow_communication.candidates
+    real = slow_communication.candidate_groups  # the ranking the candidates are made from
 
     def counted(*args: object, **kwargs: object) -> object:
         made.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slow_communication, "candidates", counted)
+    monkeypatch.setattr(slow_communication, "candidate_groups", counted)
     engine = stats.probe.engine
     assert isinstance(engine, whatif.WhatIfEngine)
     report = whatif.analyze(engine.trace, engine=engine)
