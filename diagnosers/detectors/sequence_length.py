@@ -227,9 +227,15 @@ def _median_along(a: npt.NDArray[np.float64], axis: int) -> npt.NDArray[np.float
     values a partition finds there (one for an odd length), as ``_group_median`` computes it."""
     size = a.shape[axis]
     lo, hi = (size - 1) // 2, size // 2
-    last = np.ascontiguousarray(np.moveaxis(a, axis, -1))  # the partition runs along contiguous rows
-    mid = np.partition(last, sorted({lo, hi}), axis=-1)
-    return np.expand_dims((mid[..., lo] + mid[..., hi]) / 2, axis)
+    # one copy with the axis contiguous, partitioned in place at the upper middle only: every value
+    # before it is no larger, so the lower middle (of an even length) is their maximum, the same
+    # order statistic a second partition point finds (NaNs, sorted last by both, reach the maximum
+    # exactly when they reach the lower middle)
+    mid = np.moveaxis(a, axis, -1).copy(order="C")
+    mid.partition(hi, axis=-1)
+    upper = mid[..., hi]
+    lower = mid[..., :hi].max(axis=-1) if lo < hi else upper
+    return np.expand_dims((lower + upper) / 2, axis)
 
 
 def _column_ranks(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
