@@ -53,6 +53,7 @@ from diagnosers.detectors.base import (
     categories_for,
     confidence,
     host_cluster,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.fast_step import starved_not_slow
@@ -595,6 +596,33 @@ def faster_at_best(stats: TraceStats, cells: list[tuple[int, int]], affected: np
         if bool((vals[np.isfinite(vals)] < -np.log1p(MIN_EXCESS)).any()):
             return True
     return False
+
+
+def fastest_optimizer_ratios(stats: TraceStats) -> np.ndarray | None:
+    """(1, dp, pp) the log of each worker's fastest optimizer step of the window over the median of
+    its stage's other DP ranks' fastest (``leave_one_out_ratios``); None without DP peers or
+    without an optimizer step of positive length in every worker-step."""
+    if stats.dp < 2 or stats.n_steps < 1:
+        return None
+    best = stats.optimizer.min(axis=0)[None]  # (1, dp, pp)
+    if not (np.isfinite(best).all() and (best > 0).all()):
+        return None
+    return leave_one_out_ratios(best)
+
+
+def optimizer_at_best(stats: TraceStats, cell: tuple[int, int]) -> bool:
+    """Whether the cell's fastest optimizer step of the window ran at least ``FAST_OUTLIER_STEP``
+    times its stage peers' fastest (``fastest_optimizer_ratios``): the third compute type slow at
+    its best, as its fastest forward and backward are in ``floor_outlier``.
+
+    Why: a slow machine slows every compute type (METHOD.md A6), the optimizer step too; a busy
+    host deschedules some ops of some steps. On the seen healthy recordings (212 workers with DP
+    peers) a worker's fastest optimizer step reads 1.5x its peers' in 5% of them, its fastest
+    forward and backward both in 4%, and the three logs correlate at 0.13 or less: a reading of
+    its own, which leaves 1 of the 212 slow in all three (an order statistic of one op per step,
+    it is the optimizer's own persistence test)."""
+    ratios = fastest_optimizer_ratios(stats)
+    return ratios is not None and bool(ratios[0, cell[0], cell[1]] >= np.log(FAST_OUTLIER_STEP))
 
 
 def fast_op_outlier_z(stats: TraceStats, cells: list[tuple[int, int]], affected: np.ndarray) -> float:
@@ -1269,7 +1297,11 @@ def floor_outlier(report: Report, stats: TraceStats) -> CauseMatch | None:
     times the next worker's (it stands alone), the microbatches carry no cost of their own
     (``lengths_vary``), idealising its compute removes at least ``MIN_SHARE`` of the slowdown, and
     the job's per-step fast ops are a reading of their own (their step noise correlates with
-    compute's at most ``FAST_OP_MAX_RHO``, as for ``_fast_op_onset``).
+    compute's at most ``FAST_OP_MAX_RHO``, as for ``_fast_op_onset``). Where its fastest optimizer
+    step runs at least ``FAST_OUTLIER_STEP`` its peers' too (``optimizer_at_best``, evidence
+    ``fastest_optimizer_factor``), it may stand alone in the mean of the three readings instead
+    (the same ``FLOOR_GAP``, the same worker first), and its compute's share need only be real
+    beside the host's noise (``base.real_share``: 5% of the ideal step).
     Microbatched pipeline jobs with DP peers and at least two steps only, at or above the
     decomposition threshold: a data-parallel-only or kernel-level job's worker is the fast-step
     finding's to judge."""
@@ -1287,18 +1319,33 @@ def floor_outlier(report: Report, stats: TraceStats) -> CauseMatch | None:
     runner_up = float(score[order[1]])
     if float(logs[:, d, p].min()) < np.log(FAST_OUTLIER_STEP):
         return None
-    if runner_up > 0 and float(score[order[0]]) < FLOOR_GAP * runner_up:
+    cell = (d, p)
+    # The optimizer step's fastest of the window, the third compute type (METHOD.md A6: a slow
+    # machine slows every compute type; a busy host deschedules some ops of some steps). Slow at
+    # its best too, it is a third reading of the same machine, which the two bars set for two
+    # readings (standing alone, the share) may count: a worker alone in all three, a machine whose
+    # compute costs the job a real effect beside the busy host's (``real_share``).
+    third = optimizer_at_best(stats, cell)
+    alone = runner_up <= 0 or float(score[order[0]]) >= FLOOR_GAP * runner_up
+    opt_logs = fastest_optimizer_ratios(stats)
+    if not alone and third and opt_logs is not None:
+        # ... read with the fastest forward and backward, the worker stands alone in all three
+        score3 = np.concatenate([logs, opt_logs]).mean(axis=0).reshape(-1)
+        order3 = np.argsort(-score3)
+        next3 = float(score3[order3[1]])
+        top3 = float(score3[order3[0]])
+        alone = int(order3[0]) == int(order[0]) and (next3 <= 0 or top3 >= FLOOR_GAP * next3)
+    if not alone:
         return None
     if lengths_vary(stats):
         return None
-    cell = (d, p)
     fast = stats.shared("fast_op_steps", lambda: fast_op_steps(stats))
     if not (fast > 0).all() or noise_correlation(stats.compute, fast, [cell]) > FAST_OP_MAX_RHO:
         # One factor per worker-step moves every op of the step alike (the generator's step noise):
         # the window's fastest op is then one of a few step factors, no reading of its own.
         return None
     share, compute_share = worker_shares(stats, report, [cell])
-    if compute_share < MIN_SHARE:
+    if compute_share < MIN_SHARE and not (third and real_share(compute_share, stats.probe)):
         return None
     m = worker_matrix(report, "exact")  # (pp, dp)
     others = np.delete(m.reshape(-1), p * stats.dp + d)
@@ -1317,6 +1364,15 @@ def floor_outlier(report: Report, stats: TraceStats) -> CauseMatch | None:
                    opt_slow, consistent, share, compute_share, floor, None, outlier_only=sw_z)
     match.evidence["fastest_op_factors"] = [rounded(float(factors[0])), rounded(float(factors[1]))]
     match.evidence["fastest_op_runner_up"] = rounded(float(np.exp(runner_up)))
+    match.evidence["fastest_optimizer_factor"] = (
+        rounded(float(np.exp(opt_logs[0, d, p]))) if opt_logs is not None else None
+    )
+    third_txt = (
+        f" Its fastest optimizer step ran {float(np.exp(opt_logs[0, d, p])):.2f}x its peers' too (every "
+        "compute type slow at its best)."
+        if third and opt_logs is not None
+        else ""
+    )
     match.summary = (
         f"An outlier worker read from its fastest ops: dp {d}/pp {p}'s fastest forward of the window ran "
         f"{factors[0]:.2f}x and its fastest backward {factors[1]:.2f}x its stage peers' fastest (the next "
@@ -1324,8 +1380,9 @@ def floor_outlier(report: Report, stats: TraceStats) -> CauseMatch | None:
         f"step compute and per-worker slowdown are lost in the host's step-to-step noise (floor "
         f"{floor.step * 100:.0f}%; S_w {sw_z:.1f} robust sigma from the others'). A slow machine lengthens "
         "every op; a busy host's descheduling leaves some at full speed. Not every sign of a faulty machine "
-        f"holds, hence the low confidence. Idealising only it removes {share * 100:.0f}% of the slowdown "
-        f"({compute_share * 100:.0f}% from compute alone); check its GPU health, clocks and host load."
+        f"holds, hence the low confidence.{third_txt} Idealising only it removes {share * 100:.0f}% of the "
+        f"slowdown ({compute_share * 100:.0f}% from compute alone); check its GPU health, clocks and host "
+        "load."
     )
     return match
 
