@@ -50,8 +50,8 @@ before the ninth round's rule changes were committed, diagnosed once at its end)
 committed, diagnosed once at its end), ``heldout12`` (balanced, seeds 1101-1113, recorded while
 the eleventh round's rules were made on the seen parts, none of it read before its one run at
 the round's end), ``heldout13`` (balanced, 20 recordings, seeds 1201-1220, recorded on a quiet
-machine and committed before the twelfth round's rules were made; not in ``all`` until its one
-run), ``all``.
+machine and committed before the twelfth round's rules were made, diagnosed once at its end),
+``all``.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-            "heldout8", "heldout9", "heldout10", "heldout11", "heldout12"],
+            "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13"],
 }
 
 

@@ -66,6 +66,9 @@ RELAXED_MEAN = 0.5
 COHERENCE = 0.3
 COHERENCE_Z = 4.0
 COHERENCE_MIN_ROWS = 8
+# Below this many rows the rank correlations' product sums are exact (see ``_coherence``):
+# (n^3 - n) / 12 in quarters stays under 2^53 up to about 300k rows.
+_EXACT_RANK_ROWS = 1 << 18
 
 
 def persistent_factor(stats: TraceStats) -> npt.NDArray[np.float64]:
@@ -152,17 +155,23 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
         # np.unique's inverses by a presence table (the ids are dense small integers)
         _, row_id = dense_ids(row)
         _, col_id = dense_ids(col)
-        m = np.full((int(row_id.max()) + 1, int(col_id.max()) + 1), np.nan)
-        m[row_id, col_id] = v
-    m = m[np.isfinite(m).all(axis=1)]
-    n, k = m.shape
+        # laid out as the grid is, one contiguous row per column
+        m = np.full((int(col_id.max()) + 1, int(row_id.max()) + 1), np.nan)
+        m[col_id, row_id] = v
+    complete = np.isfinite(m).all(axis=0)
+    if not complete.all():
+        m = m[:, complete]
+    k, n = m.shape
     if k < 2 or n < COHERENCE_MIN_ROWS:
         return 0.0, 0.0
+    # Each column's ranks are a permutation of 0..n-1, never constant (n >= 2): every column has a
+    # correlation. Their centred values are multiples of 1/2 and each product sum is at most
+    # (n^3 - n) / 12, so below ``_EXACT_RANK_ROWS`` rows the correlation's sums are exact in any
+    # order and the layout handed to it cannot change a bit; above, it gets the row-major layout
+    # the sums were always made in.
     ranks = _column_ranks(m)
-    ranks = ranks[:, ranks.std(axis=0) > 0]
-    if ranks.shape[1] < 2:
-        return 0.0, 0.0
-    c = np.atleast_2d(np.asarray(np.corrcoef(ranks.T), dtype=np.float64))
+    sums_exact = n < _EXACT_RANK_ROWS
+    c = np.atleast_2d(np.corrcoef(ranks if sums_exact else np.ascontiguousarray(ranks.T).T))
     iu = np.triu_indices(c.shape[0], 1)
     mean = float(np.mean(c[iu]))
     return mean, mean * float(np.sqrt((n - 1) * len(iu[0])))
@@ -180,8 +189,9 @@ def _normalised_grid(
     a complete grid: one value for every (step index, DP rank, microbatch, column), each once
     (every regular 1F1B / GPipe job); None otherwise (the grouped medians then apply).
 
-    The matrix's rows are (worker-step ``si * dp + d``, microbatch) and its columns the column
-    ids, both ascending, as the grouped path lays them out; on a complete grid each grouped median
+    The matrix is laid out one contiguous row per column id, ascending (the layout the column
+    ranks sort in), each holding the matrix's rows (worker-step ``si * dp + d``, microbatch) in
+    ascending order, as the grouped path lays them out; on a complete grid each grouped median
     is a median along one axis of it (a worker-step's microbatches in one column; the DP ranks of
     one (step, microbatch, column)): the same groups, the same values by the same partition, and
     no grouping sort or gathers."""
@@ -195,19 +205,21 @@ def _normalised_grid(
         return None
     if int(d.min()) < 0 or int(d.max()) >= dp or int(si.min()) < 0:
         return None
-    cell = ((si * dp + d) * n_mb + (mb - mb_lo)) * n_c + col_id
+    n_rows = n_s * dp * n_mb
+    cell = col_id * n_rows + (si * dp + d) * n_mb + (mb - mb_lo)
     if np.bincount(cell, minlength=n).max(initial=0) != 1:  # every cell once (n rows, n cells)
         return None
     m = np.empty(n)
     m[cell] = v
-    # the worker-step's microbatches of each column: the median along the microbatch axis
-    by_ws = m.reshape(n_s * dp, n_mb, n_c)
-    by_ws -= _median_along(by_ws, 1)
+    # the worker-step's microbatches of each column: the median along the microbatch axis, the
+    # grid's contiguous last one
+    by_ws = m.reshape(n_c, n_s * dp, n_mb)
+    by_ws -= _median_along(by_ws, 2)
     if dp >= 2:
         # the DP ranks of each (step, microbatch, column): the median along the DP axis
-        by_rank = m.reshape(n_s, dp, n_mb, n_c)
-        by_rank -= _median_along(by_rank, 1)
-    return m.reshape(n_s * dp * n_mb, n_c)
+        by_rank = m.reshape(n_c, n_s, dp, n_mb)
+        by_rank -= _median_along(by_rank, 2)
+    return m.reshape(n_c, n_rows)
 
 
 def _median_along(a: npt.NDArray[np.float64], axis: int) -> npt.NDArray[np.float64]:
@@ -215,22 +227,29 @@ def _median_along(a: npt.NDArray[np.float64], axis: int) -> npt.NDArray[np.float
     values a partition finds there (one for an odd length), as ``_group_median`` computes it."""
     size = a.shape[axis]
     lo, hi = (size - 1) // 2, size // 2
-    last = np.ascontiguousarray(np.moveaxis(a, axis, -1))  # the partition runs along contiguous rows
-    mid = np.partition(last, sorted({lo, hi}), axis=-1)
-    return np.expand_dims((mid[..., lo] + mid[..., hi]) / 2, axis)
+    # one copy with the axis contiguous, partitioned in place at the upper middle only: every value
+    # before it is no larger, so the lower middle (of an even length) is their maximum, the same
+    # order statistic a second partition point finds (NaNs, sorted last by both, reach the maximum
+    # exactly when they reach the lower middle)
+    mid = np.moveaxis(a, axis, -1).copy(order="C")
+    mid.partition(hi, axis=-1)
+    upper = mid[..., hi]
+    lower = mid[..., :hi].max(axis=-1) if lo < hi else upper
+    return np.expand_dims((lower + upper) / 2, axis)
 
 
 def _column_ranks(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """``np.argsort(np.argsort(m, axis=0), axis=0)`` as floats: each value's rank in its column.
-    The inverse of the sorting permutation is scattered instead of found by a second sort. Each
-    column is sorted as a contiguous row of the transposed matrix (the same values in the same
-    order, so the same sort and the same order among ties) and the ranks are handed back in the
-    matrix's own layout."""
-    n, k = m.shape
-    order = np.argsort(np.ascontiguousarray(m.T), axis=1)
+    """``np.argsort(np.argsort(m, axis=1), axis=1)`` as floats for the coherence matrix laid out
+    one contiguous row per column (``m`` is (columns, matrix rows)): each value's rank among its
+    column's values, in the same layout. The inverse of the sorting permutation is scattered
+    instead of found by a second sort."""
+    k, n = m.shape
+    order = np.argsort(m, axis=1)
     ranks = np.empty((k, n), dtype=np.float64)
-    np.put_along_axis(ranks, order, np.arange(n, dtype=np.float64)[None, :], axis=1)
-    return np.ascontiguousarray(ranks.T)
+    positions = np.arange(n, dtype=np.float64)
+    for column in range(k):  # a row scatter each: the few columns' loop beats put_along_axis
+        ranks[column, order[column]] = positions
+    return ranks
 
 
 def slowest_replica(stats: TraceStats) -> tuple[npt.NDArray[np.int64], float, npt.NDArray[np.float64]]:
