@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout13 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout14 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -224,3 +224,24 @@ rec heldout13 var-seq-4x2           --dp 4 --pp 2 --steps 6 --seed 1217 --var-se
 rec heldout13 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1218 --gc-pause
 rec heldout13 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1219 --stall-rank 4 --stall-ms 80
 rec heldout13 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1220 --stall-rank 1 --stall-ms 100
+# --- held out, fourteenth set (balanced; seeds 1301-1320; recorded on a quiet machine before the round's changes) ---
+rec heldout14 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 1301
+rec heldout14 healthy-3x3           --dp 3 --pp 3 --steps 6 --seed 1302
+rec heldout14 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1303
+rec heldout14 slow-rank-first-2x2   --dp 2 --pp 2 --steps 6 --seed 1304 --slow-rank 0 --slow-ms 12
+rec heldout14 slow-rank-3x3         --dp 3 --pp 3 --steps 6 --seed 1305 --slow-rank 4 --slow-ms 10
+rec heldout14 slow-rank-last-2x3    --dp 2 --pp 3 --steps 6 --seed 1306 --slow-rank 5 --slow-ms 12
+rec heldout14 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 1307 --slow-rank 2 --slow-ms 12
+rec heldout14 slow-rank-last-2x4    --dp 2 --pp 4 --steps 6 --seed 1308 --slow-rank 6 --slow-ms 10
+rec heldout14 onset-2x2             --dp 2 --pp 2 --steps 8 --seed 1309 --slow-rank 3 --slow-ms 20 --slow-from-step 4
+rec heldout14 onset-3x2             --dp 3 --pp 2 --steps 8 --seed 1310 --slow-rank 1 --slow-ms 20 --slow-from-step 5
+rec heldout14 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 1311 --layers-per-stage 1,2,1
+rec heldout14 layers-3x2            --dp 3 --pp 2 --steps 6 --seed 1312 --layers-per-stage 2,1
+rec heldout14 send-delay-2x2        --dp 2 --pp 2 --steps 6 --seed 1313 --send-delay-rank 1 --send-delay-ms 20
+rec heldout14 send-delay-2x4        --dp 2 --pp 4 --steps 6 --seed 1314 --send-delay-rank 2 --send-delay-ms 15
+rec heldout14 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1315 --var-seq --seq 64
+rec heldout14 var-seq-3x2           --dp 3 --pp 2 --steps 6 --seed 1316 --var-seq --seq 64
+rec heldout14 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1317 --gc-pause
+rec heldout14 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1318 --gc-pause
+rec heldout14 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1319 --stall-rank 2 --stall-ms 80
+rec heldout14 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1320 --stall-rank 6 --stall-ms 100
