@@ -11,7 +11,9 @@ Evidence, all of which must hold:
   the partition gives no more layers, hold at least two DP ranks (one worker's compute is what
   host contention moves, not a stage's weight);
 - persistent: in at least 3/4 of the steps the row's typical DP rank carries at least half its
-  typical excess (a partition is heavy in every step; pauses or data are not);
+  typical excess (a partition is heavy in every step; pauses or data are not); with a slow machine
+  set aside, read on the rest of the row alone unless the partition gives the stage more layers
+  (a slow worker's peer, hot in a few busy-host steps, is no stage's weight);
 - the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
   row whose host(s) also hold other hot workers that are slow in their own compute too (not only
   waiting), is left to the faulty-machine detector;
@@ -23,6 +25,11 @@ Evidence, all of which must hold:
   putting only that imbalance back into the ideal run recreates that share (the larger counts);
   beside a larger cause, at least ``SECONDARY_EFFECT`` (5%) of the ideal step (``real_share``).
   That isolates the between-stage part from, say, sequence-length noise living on the same stage.
+
+Under ``DECOMPOSE_THRESHOLD`` only an uneven partition is read (``_hidden_partition``): the stage
+``layers_per_stage`` gives more layers, its compute following them, its row heavy by the tests
+above and its own balancing run at least ``HIDDEN_PARTITION_GAIN`` faster; the method's S can sit
+near 1 there because the ideal run's typical op lengthens the lighter stages.
 """
 
 from __future__ import annotations
