@@ -165,8 +165,8 @@ FLOOR_GAP = 2.0
 # in n + 1, with n workers off its stage), and never need do so in more than HOTTEST_SHARE of them
 # (``hottest_bar``). Seen recordings (bar 0.29 at 2x4, 0.33 at 2x3 and 3x2, 0.40 at 4x2, 0.50 at
 # 2x2): the true persistent and onset machines 0.50 or more (0.50: tune slow-rank-2x4-s100, heldout5
-# slow-rank-2x3, four onsets); the healthy 2x4's false machine 0.00 (bar 0.29), heldout5
-# send-delay-4x2's untouched rank 1 0.25 (bar 0.40).
+# slow-rank-2x3, three onsets, heldout onset-4x2 the nearest its bar); the healthy 2x4's false
+# machine 0.00 (bar 0.29), heldout5 send-delay-4x2's untouched rank 1 0.25 (bar 0.40).
 HOTTEST_CHANCE = 2.0
 HOTTEST_SHARE = 0.5
 
