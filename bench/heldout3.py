@@ -729,7 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--set", default="3", choices=[str(k) for k in SEEDS],
         help="set 3, set 4 (other seed), set 5 (other seed and shapes), tune5 (set 5's tuning "
-        "companion), set 6 (other seeds, shapes, costs and noise) tune6 (its tuning companion) or set 7 (set 6's draw, fresh seed)",
+        "companion), set 6 (other seeds, shapes, costs and noise), tune6 (its tuning companion) "
+        "or set 7 (set 6's draw, fresh seed)",
     )
     args = ap.parse_args(argv)
     which: int | str = int(args.set) if args.set.isdigit() else args.set

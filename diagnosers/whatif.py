@@ -121,7 +121,8 @@ class WhatIfEngine:
         """Whether every (node, dp rank, step) cell of the dense layout holds one op (a regular
         trace): then each scenario over the rows is fully given by its per-row values."""
         t = self.template
-        return len(t.flat_index) == t.n_nodes * t.dp * len(self.steps)
+        # one cell per row: the row count, without building the rows' flat index
+        return len(t.node_of_row) == t.n_nodes * t.dp * len(self.steps)
 
     def type_values(self, codes: Iterable[int]) -> dict[int, Array] | None:
         """Per op-type code of ``codes`` that the trace has: every row's original duration of that

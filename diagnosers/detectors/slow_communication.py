@@ -204,8 +204,11 @@ def p2p_rows(
     rows = np.flatnonzero(is_p2p)
     cell = stats.op_worker[rows]
     t, b = transfer[rows], base[rows]
-    ratio = t / np.maximum(b, 1e-12)
-    excess = np.clip(t - b, 0.0, None)
+    # the same operations on fresh gathers, made in place: no row-sized temporaries beside them
+    excess = np.subtract(t, b)
+    np.clip(excess, 0.0, None, out=excess)
+    ratio = np.divide(t, np.maximum(b, 1e-12, out=b), out=t)
+    del t, b
     n_workers = stats.dp * stats.pp
     on = link[rows]
     # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
@@ -659,9 +662,9 @@ def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
     # every row is then one lookup, without gathering the batched rows first
     slot = batch + 1
-    counts = np.bincount(slot, minlength=1)
-    counts[0] = 1
-    return counts[slot] == 1
+    single = np.bincount(slot, minlength=1) == 1
+    single[0] = True
+    return single[slot]  # (a lookup of booleans: no row-sized array of counts)
 
 
 def send_floors(
@@ -860,7 +863,8 @@ def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64])
     runs = len(cell) - int(np.count_nonzero(same))
     if runs != np.count_nonzero(np.bincount(cell)):
         return False
-    return bool(np.all(start[1:][same] >= start[:-1][same]))
+    # (compared over every neighbour pair and masked as booleans: no copy of the start times)
+    return bool(np.all((start[1:] >= start[:-1]) | ~same))
 
 
 def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:

@@ -166,7 +166,13 @@ def _step_index(step: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int6
     if hi - lo > 4 * len(step) + 1024:
         steps = unique(step).astype(np.int64)
         return steps, np.searchsorted(steps, step).astype(np.int64)
-    offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
+    if lo == 0 and step.dtype == np.int64:
+        # ids from 0 (every generated job): each row's offset is its id, read from the column
+        # itself (read-only) instead of a row-sized copy of it
+        offset = step.view(np.int64)
+        offset.flags.writeable = False
+    else:
+        offset = np.asarray(step, dtype=np.int64) - lo  # one pass: the column is int64 already
     present = np.bincount(offset, minlength=hi - lo + 1) > 0
     if present.all():  # consecutive step ids: each row's position is its offset
         return np.arange(lo, hi + 1, dtype=np.int64), offset
@@ -307,7 +313,7 @@ def _forward_backward(
     bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
     kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
-    fi, bi = fi[a].astype(np.int64), bi[b]
+    fi, bi = fi[a].astype(np.int64, copy=False), bi[b]  # (a gather is a fresh array already)
     pr = _pair_durations(ops, fi, bi, gmax)
     fd, bd, tf = pr.fd, pr.bd, pr.tf
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches

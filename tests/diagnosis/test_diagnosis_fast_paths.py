@@ -49,6 +49,26 @@ def test_gather_is_the_node_major_read(interleaved: bool, shuffle: bool) -> None
     assert np.array_equal(eng.original, eng.orig_dense.reshape(-1)[t.flat_index], equal_nan=True)
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_masked_runs_are_the_runs_of_their_vectors(interleaved: bool, shuffle: bool) -> None:
+    """A masked scenario, scattered through the step-major index, simulates as the plain vector
+    ``np.where(mask, ideal, original)`` (or the reverse) does, to the bit; every cell holds an op
+    exactly when the rows fill the dense layout."""
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    t = eng.template
+    assert eng.fills_every_cell == (len(np.unique(t.flat_index)) == t.n_nodes * t.dp * len(eng.steps))
+    rng = np.random.default_rng(11)
+    masks = [rng.random(len(trace.ops)) < q for q in (0.05, 0.4)]
+    masks.append(trace.ops.optype == FWD_CODE)
+    for inside in (True, False):
+        got = eng.simulate_masked(masks, ideal_inside=inside)
+        vectors = [np.where(m, eng.ideal, eng.original) if inside else np.where(m, eng.original, eng.ideal)
+                   for m in masks]
+        assert np.array_equal(got, eng.simulate(np.stack(vectors)))
+
+
 def test_of_types_is_isin() -> None:
     trace = _job(False, True)
     stats = compute_stats(trace, whatif.build_engine(trace))
@@ -127,7 +147,14 @@ def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
     transfer = stats.probe.original
     base = type_baseline(stats, transfer, comm_mask(stats))
     links = p2p_links(stats)
+    kept = transfer.copy(), base.copy()
     v = p2p_rows(stats, transfer, base, links)
+    # the per-row views made in place are the plain expressions, and the inputs stay as they were
+    rows = np.flatnonzero(links[0])
+    assert np.array_equal(v.rows, rows)
+    assert np.array_equal(transfer, kept[0]) and np.array_equal(base, kept[1])
+    assert np.array_equal(v.ratio, transfer[rows] / np.maximum(base[rows], 1e-12))
+    assert np.array_equal(v.excess, np.clip(transfer[rows] - base[rows], 0.0, None))
     n = stats.dp * stats.pp
     on = v.link >= 0
     assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=v.excess[on], minlength=n))

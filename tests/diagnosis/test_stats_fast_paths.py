@@ -77,7 +77,7 @@ def test_shared_views_match_their_formulas(interleaved: bool) -> None:
     assert np.array_equal(stats.rank_of, rank_of)
 
 
-@pytest.mark.parametrize("ids", [[3, 4, 5, 6], [3, 5, 9], [7], [2, 10**9]])
+@pytest.mark.parametrize("ids", [[3, 4, 5, 6], [3, 5, 9], [7], [2, 10**9], [0, 1, 2, 3], [0, 2, 5]])
 def test_step_index_is_unique_and_searchsorted(ids: list[int]) -> None:
     step = np.random.default_rng(2).choice(np.asarray(ids, dtype=np.int64), 500)
     step[: len(ids)] = ids  # every id present
@@ -85,6 +85,8 @@ def test_step_index_is_unique_and_searchsorted(ids: list[int]) -> None:
     want = np.unique(step)
     assert np.array_equal(steps, want) and steps.dtype == np.int64
     assert np.array_equal(si, np.searchsorted(want, step)) and si.dtype == np.int64
+    if ids == list(range(len(ids))):  # ids from 0 without a gap: the column itself, read-only
+        assert np.shares_memory(si, step) and not si.flags.writeable and step.flags.writeable
 
 
 def test_stage_mean_over_rows_is_the_masked_mean() -> None:
