@@ -1052,8 +1052,13 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # or group that explains its own real share is a cause too. Unlocalised slowness must.
     if share_comm <= share_compute and not any(qualified):
         return None
-    # the best qualified candidate (with none, the best: it names the job-wide finding's reach)
-    pool = [k for k, q in enumerate(qualified) if q] or list(range(len(shares)))
+    # the best qualified candidate (with none, the best: it names the job-wide finding's reach);
+    # one holding MIN_SHARE itself (or passing its send floor's test) before one qualified as a
+    # secondary cause only: a worker whose transfers include a slow link's is no better a place for
+    # it for holding a little more time beside it
+    first_floor = len(qualified) - len(floor_found)  # (the send floors' candidates come last)
+    holding = [k for k, q in enumerate(qualified) if q and (shares[k] >= MIN_SHARE or k >= first_floor)]
+    pool = holding or [k for k, q in enumerate(qualified) if q] or list(range(len(shares)))
     best = max(pool, key=lambda k: shares[k]) if shares else -1
     if best >= 0:
         # Among candidates nearly as good as the best, name the most specific one: the smallest fix
