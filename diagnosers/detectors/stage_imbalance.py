@@ -11,7 +11,9 @@ Evidence, all of which must hold:
   the partition gives no more layers, hold at least two DP ranks (one worker's compute is what
   host contention moves, not a stage's weight);
 - persistent: in at least 3/4 of the steps the row's typical DP rank carries at least half its
-  typical excess (a partition is heavy in every step; pauses or data are not);
+  typical excess (a partition is heavy in every step; pauses or data are not); with a slow machine
+  set aside, read on the rest of the row alone unless the partition gives the stage more layers
+  (a slow worker's peer, hot in a few busy-host steps, is no stage's weight);
 - the row is not a slow host in disguise: a middle stage that is exactly one host's workers, or a
   row whose host(s) also hold other hot workers that are slow in their own compute too (not only
   waiting), is left to the faulty-machine detector;
@@ -23,6 +25,11 @@ Evidence, all of which must hold:
   putting only that imbalance back into the ideal run recreates that share (the larger counts);
   beside a larger cause, at least ``SECONDARY_EFFECT`` (5%) of the ideal step (``real_share``).
   That isolates the between-stage part from, say, sequence-length noise living on the same stage.
+
+Under ``DECOMPOSE_THRESHOLD`` only an uneven partition is read (``_hidden_partition``): the stage
+``layers_per_stage`` gives more layers, its compute following them, its row heavy by the tests
+above and its own balancing run at least ``HIDDEN_PARTITION_GAIN`` faster; the method's S can sit
+near 1 there because the ideal run's typical op lengthens the lighter stages.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ BWD_SHARE = 0.25
 ROW_OUTLIER = 1.25
 # ... and the rest of the row must then carry at least 10% more compute than the other stages.
 ROW_HEAVY = 0.1
+# Under the decomposition threshold a partition is read only when balancing its heavy stage alone
+# makes the step at least this much faster: the 5% that makes a cause "clear" (docs/ACCURACY.md).
+HIDDEN_PARTITION_GAIN = 1.05
 
 
 def balanced_stage_durations(stats: TraceStats, stage: int) -> np.ndarray:
@@ -140,16 +150,20 @@ def _row_without(compute: np.ndarray, hot: int, outliers: np.ndarray) -> np.ndar
     return out
 
 
-def _known_heavy(stats: TraceStats, stage: int) -> bool:
-    """Whether a known mechanism can make ``stage`` heavier than the others: it is the first or
-    the last stage (the embedding; the head and the loss), or the job's ``layers_per_stage`` gives
-    it more layers than the median stage."""
-    if stage in (0, stats.pp - 1):
-        return True
+def _more_layers(stats: TraceStats, stage: int) -> bool:
+    """Whether the job's ``layers_per_stage`` (when known, one entry per stage) gives ``stage``
+    more layers than the median of the other stages."""
     layers = stats.layers_per_stage
     if layers is None or len(layers) != stats.pp:
         return False
     return bool(layers[stage] > float(median(np.delete(np.asarray(layers, dtype=np.float64), stage))))
+
+
+def _known_heavy(stats: TraceStats, stage: int) -> bool:
+    """Whether a known mechanism can make ``stage`` heavier than the others: it is the first or
+    the last stage (the embedding; the head and the loss), or the job's ``layers_per_stage`` gives
+    it more layers than the median stage."""
+    return stage in (0, stats.pp - 1) or _more_layers(stats, stage)
 
 
 def _heavy_row(
@@ -183,8 +197,14 @@ def _heavy_row(
     if row_typical <= 1.0 or (row_min - 1.0) < 0.5 * (row_typical - 1.0):
         return None
     # Persistent: a partition makes the stage heavy in every step; pauses or data make it heavy in
-    # some. Per step, the row's typical DP rank must carry at least half the typical excess.
-    per_step = stats.compute[:, :, hot]
+    # some. Per step, the row's typical DP rank must carry at least half the typical excess. With
+    # a slow machine set aside, the rest of the row alone must do so where no partition gives the
+    # stage more layers: otherwise the machine, slow in every step, keeps the row's per-step median
+    # high (with DP 2 it is half of it) and its peer's few busy-host steps read as a stage's weight
+    # (a weight is there in every step, on every DP rank). Where the partition gives the stage more
+    # layers, the layer count is the evidence of the weight, and the whole row is read as before.
+    rest_only = bool(outliers.any()) and not _more_layers(stats, hot)
+    per_step = (_row_without(stats.compute, hot, outliers) if rest_only else stats.compute)[:, :, hot]
     others_step = median(np.delete(stats.compute, hot, axis=2).reshape(stats.n_steps, -1), axis=1)
     step_ratio = median(per_step, axis=1) / np.maximum(others_step, 1e-12)
     if float(np.mean(step_ratio - 1.0 >= 0.5 * (row_typical - 1.0))) < PERSIST_FRACTION:
@@ -214,29 +234,77 @@ def _heavy_row(
     return row_typical, row_max, hosts
 
 
+def _hidden_partition(
+    report: Report, stats: TraceStats, by_stage: dict[int, float], comp: np.ndarray
+) -> tuple[int, tuple[float, float, list[int] | None], float] | None:
+    """(stage, its ``_heavy_row`` reading, the balancing gain) for a partition the method's S
+    does not see: a job under ``DECOMPOSE_THRESHOLD`` whose ``layers_per_stage`` gives a stage more
+    layers than the median stage, whose compute follows that layer count (``partition_explains``),
+    whose whole row is heavy by every ``_heavy_row`` test, and whose own balancing run (its
+    forwards and backwards scaled to the job-wide typical, ``balanced_stage_durations``) makes the
+    step at least ``HIDDEN_PARTITION_GAIN`` faster. None otherwise.
+
+    Why S can miss it: the ideal run gives every op its type's typical duration across all stages,
+    so with one heavy stage of several the ideal lengthens the lighter stages about as much as it
+    shortens the heavy one, and S reads near 1 although balancing the heavy stage alone gains a
+    clear amount. The layer count is the evidence here (a mechanism that makes the stage heavy in
+    proportion to its layers, on every DP rank); without a partition nothing is read under the
+    threshold, so no job with even stages (every healthy one) can match here."""
+    layers = stats.layers_per_stage
+    probe = stats.probe
+    if probe is None or layers is None or len(layers) != stats.pp:
+        return None
+    for hot in sorted(by_stage, key=lambda s: -by_stage[s]):
+        if by_stage[hot] <= 1.0:
+            return None
+        if not _more_layers(stats, hot) or not partition_explains(stats.compute, layers, [hot]):
+            continue
+        row_info = _heavy_row(stats, report, comp, hot)
+        if row_info is None:
+            continue
+        gain = probe.speedup(balanced_stage_durations(stats, hot))
+        if gain >= HIDDEN_PARTITION_GAIN:
+            return hot, row_info, gain
+    return None
+
+
 @register(CauseId.STAGE_IMBALANCE)
 def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
-    """Match a hot PP row; None when the job is not slowed or no stage stands out."""
-    if report.slowdown < DECOMPOSE_THRESHOLD or stats.pp < 2:
+    """Match a hot PP row; None when the job is not slowed or no stage stands out. Under
+    ``DECOMPOSE_THRESHOLD`` only a partition the method's S hides is read (``_hidden_partition``)."""
+    if stats.pp < 2:
         return None
     by_stage = {int(k): v for k, v in report.attribution.by_stage.items()}
     if not by_stage:
         return None
     comp = stats.compute.mean(axis=0)  # (dp, pp)
-    # Stages in order of their put-back; the first whose whole row is heavy is the candidate (a
-    # faulty worker can make another stage's put-back larger without its row being heavy).
-    for hot in sorted(by_stage, key=lambda s: -by_stage[s]):
-        if by_stage[hot] <= 1.0:
+    hidden_gain: float | None = None
+    if report.slowdown < DECOMPOSE_THRESHOLD:
+        hidden = _hidden_partition(report, stats, by_stage, comp)
+        if hidden is None:
             return None
-        row_info = _heavy_row(stats, report, comp, hot)
-        if row_info is not None:
-            break
+        hot, row_info, hidden_gain = hidden
     else:
-        return None
+        # Stages in order of their put-back; the first whose whole row is heavy is the candidate (a
+        # faulty worker can make another stage's put-back larger without its row being heavy).
+        for hot in sorted(by_stage, key=lambda s: -by_stage[s]):
+            if by_stage[hot] <= 1.0:
+                return None
+            found = _heavy_row(stats, report, comp, hot)
+            if found is not None:
+                row_info = found
+                break
+        else:
+            return None
     row_typical, row_max, hosts = row_info
     m_s = report.m_s_by_stage.get(str(hot))
 
-    if stats.probe is not None:
+    if hidden_gain is not None:
+        # Under the threshold the gap to the ideal run is no measure of the stage's cost (its
+        # shares of that gap run far over 1): the share is the part of the measured step that
+        # balancing the stage alone saves.
+        share = 1.0 - 1.0 / hidden_gain
+    elif stats.probe is not None:
         balanced = balanced_stage_durations(stats, hot)
         # And the artifact's ``add`` view: put only the stage's imbalance (its ops' ratio to the
         # balanced value) back into the ideal run. With batched P2P (interleaved 1F1B) the transfers
@@ -246,7 +314,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         share = max(rem, add)
     else:
         share = m_s if m_s is not None else 0.0
-    if not real_share(share, stats.probe):
+    if hidden_gain is None and not real_share(share, stats.probe):
         return None
 
     others_f = np.delete(stats.stage_fwd_mean, hot)
@@ -262,7 +330,9 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # Fit: how clearly the stage dominates the put-backs, and whether idealising the stage (M_S)
     # agrees that most of the slowdown sits there.
     dominance = min(1.0, (by_stage[hot] - 1.0) / max(report.slowdown - 1.0, 1e-9))
-    fit = 0.7 + 0.15 * dominance + (0.15 if (m_s or 0.0) >= 0.5 else 0.0)
+    # (under the threshold M_S is a share of a gap near zero: it says nothing about the stage)
+    m_s_agrees = hidden_gain is None and (m_s or 0.0) >= 0.5
+    fit = 0.7 + 0.15 * dominance + (0.15 if m_s_agrees else 0.0)
     if second > 1.0 and (second - 1.0) > 0.5 * (by_stage[hot] - 1.0):
         fit -= 0.2  # a second stage is nearly as hot: the row is not a clean single-stage signature
     layers = stats.layers_per_stage
@@ -293,6 +363,17 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         f"{share * 100:.0f}%. Every step waits for this stage, so the pipeline runs at its pace."
         + summary_host
     )
+    if hidden_gain is not None:
+        summary = (
+            f"Pipeline stage {hot} ({where} stage) is heavier than the others: the partition gives it "
+            f"{stats.layers_per_stage[hot] if stats.layers_per_stage else '?'} layers and its compute "
+            f"follows the layer count (forward {fwd_ratio:.2f}x, backward {bwd_ratio:.2f}x the other "
+            f"stages', typical DP rank {row_typical:.2f}x their compute). Balancing only that stage makes "
+            f"the step x{hidden_gain:.3f} faster, although S = {report.slowdown:.3f}: the ideal run gives "
+            f"every op its type's typical duration across all stages, which lengthens the lighter stages "
+            f"about as much as it shortens this one, so S does not measure the partition's cost."
+            + summary_host
+        )
     return CauseMatch(
         id=CauseId.STAGE_IMBALANCE,
         confidence=confidence(share, fit),
@@ -308,6 +389,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
             "row_compute_ratio_median": rounded(row_typical),
             "row_compute_ratio_max": rounded(row_max),
             "next_hottest_stage_s": rounded(second),
+            **({"hidden_by_s_gain": rounded(hidden_gain)} if hidden_gain is not None else {}),
         },
         summary=summary,
         categories=categories_for(CauseId.STAGE_IMBALANCE),

@@ -67,11 +67,11 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
             end=ops.start_ts + ops.duration, is_f=ops.optype == FWD, opened=_opened(trace, steps, size),
         ).reshape(n_s, dp, pp)
 
-    fwd_rows, bwd_rows = np.flatnonzero(is_f), np.flatnonzero(is_b)
     # each op's microbatch: the trace's id, else its position among the worker's ops of its type
     op_mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int32, copy=False)
+    # (the forward and backward rows handed over, not kept here: the pairing lets them go)
     corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
-        trace, si, cell=cell, fwd_rows=fwd_rows, bwd_rows=bwd_rows, op_mb=op_mb
+        trace, si, cell=cell, fwd_rows=np.flatnonzero(is_f), bwd_rows=np.flatnonzero(is_b), op_mb=op_mb
     )
     is_opt = ops.optype == OPT
     optimizer = (
@@ -303,33 +303,52 @@ def _forward_backward(
 
     n_mb = max(mbmax, seqmax)
 
-    def microbatch(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def microbatch(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.integer[Any]]:
+        # in the column's own width: the keys it is added to are int64 (the same sums)
         if op_mb is not None:
-            return op_mb[rows].astype(np.int64)
+            return op_mb[rows]
         mb_id = ops.mb_id[rows]  # gathered once per column: the rows are a fraction of the trace
-        return np.where(mb_id >= 0, mb_id, ops.seq_id[rows]).astype(np.int64)
+        return np.where(mb_id >= 0, mb_id, ops.seq_id[rows])
 
+    # Every per-pair array is let go once read (the keys, the pairs' indices, the durations): the
+    # pairing's peak of live memory, which it first touches, is what it costs beyond its passes.
     fi = np.flatnonzero(ops.optype == FWD) if fwd_rows is None else fwd_rows
     bi = np.flatnonzero(ops.optype == BWD) if bwd_rows is None else bwd_rows
+    del fwd_rows, bwd_rows
     kf, kb, space = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     a, b = common_keys(kf, kb, space)  # np.intersect1d's pairs, by key
+    del kf, kb
     fi, bi = fi[a].astype(np.int64, copy=False), bi[b]  # (a gather is a fresh array already)
+    del a, b
     pr = _pair_durations(ops, fi, bi, gmax)
-    fd, bd, tf = pr.fd, pr.bd, pr.tf
+    fd, bd, tf, stage, by_stage = pr.fd, pr.bd, pr.tf, pr.stage, pr.by_stage
     # Within one worker-step and chunk: a persistently slow worker scales all its microbatches
     # alike, so normalising by the worker's own median removes it and leaves per-microbatch cost.
-    wgroup = cell[fi] * gmax + ops.gmc[fi] + 1
+    # (each per-pair array below is made in one fresh array and updated in place: the same
+    # operations, in the same order, on the same values as the expressions they replace, and
+    # a product's operands commute in IEEE arithmetic)
+    wgroup = cell[fi]  # cell * gmax + gmc + 1 (int64, a gather: a fresh array)
+    wgroup *= gmax
+    wgroup += ops.gmc[fi]
+    wgroup += 1
     by_worker = _median_by(wgroup)
-    wf, wb = by_worker(fd), by_worker(bd)
-    xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
-    xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
-    excess = fd - tf * np.maximum(1.0, pr.nb)
-    med = pr.by_stage(excess)
-    mad = pr.by_stage(np.abs(excess - med))
+    xf, xb = _over_median(fd, by_worker(fd)), _over_median(bd, by_worker(bd))
+    del wgroup, by_worker
+    excess = pr.nb()  # fd - tf * max(1, nb)
+    np.maximum(1.0, excess, out=excess)
+    excess *= tf
+    np.subtract(fd, excess, out=excess)
+    del pr, fd, bd
+    med = by_stage(excess)
+    dev = excess - med
+    mad = by_stage(np.abs(dev, out=dev))
     # Floor the spread at 1% of a typical forward: on a noiseless trace the MAD is 0.
-    sigma = np.maximum(1.4826 * mad, 0.01 * tf)
-    z = (excess - med) / sigma
-    (within,) = _stage_correlations(pr.stage, _clean(excess, z, tf), pp, (xf, xb))
+    sigma = np.maximum(np.multiply(mad, 1.4826, out=mad), 0.01 * tf, out=mad)
+    z = np.subtract(excess, med, out=dev)
+    z /= sigma
+    del med, mad, sigma
+    (within,) = _stage_correlations(stage, _clean(excess, z, tf), pp, (xf, xb))
+    del stage, by_stage, xf, xb
 
     # The stage-level correlations (the sequence-length finding's evidence) and the backward
     # outliers (the GC-pause finding's control) are read only when those detectors match: made on
@@ -338,18 +357,30 @@ def _forward_backward(
     # so that no per-pair array is kept alive for them
     def stage_level() -> dict[int, float]:
         again = _pair_durations(ops, fi, bi, gmax)
-        return _stage_correlations(again.stage, _clean(excess, z, tf), pp, (again.nf, again.nb))[0]
+        return _stage_correlations(again.stage, _clean(excess, z, tf), pp, (again.nf(), again.nb()))[0]
 
     def bwd_outliers() -> int:
         again = _pair_durations(ops, fi, bi, gmax)
-        bd, tb = again.bd, again.tb
-        b_excess = bd - tb * np.maximum(1.0, again.nf)
+        bd, tb = again.bd, again.tb()
+        b_excess = bd - tb * np.maximum(1.0, again.nf())
         b_med = again.by_stage(b_excess)
         b_mad = again.by_stage(np.abs(b_excess - b_med))
         b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
         return int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
 
     return Deferred(stage_level), within, fi, excess, z, tf, Deferred(bwd_outliers)
+
+
+def _over_median(
+    values: npt.NDArray[np.float64], median: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """``np.divide(values, median, out=np.ones_like(values), where=median > 0)``, written into
+    ``median`` (a fresh array the caller gives up): each value over its group's median, 1 where
+    that median is not positive."""
+    positive = median > 0
+    np.divide(values, median, out=median, where=positive)
+    median[~positive] = 1.0
+    return median
 
 
 def _clean(
@@ -362,34 +393,42 @@ def _clean(
 
 
 class _Pairs(NamedTuple):
-    """Per paired forward/backward: both durations, the forward's stage, the (stage, chunk) group
-    medians of each (``tf``, ``tb``), each duration over its median (``nf``, ``nb``), and the
-    per-stage median function (the (stage, chunk) grouping when chunks are stages)."""
+    """Per paired forward/backward: both durations, the forward's stage, the forwards' (stage,
+    chunk) group median ``tf``, the (stage, chunk) and the per-stage median functions (one when
+    chunks are stages); the backwards' median ``tb`` and each duration over its median (``nf``,
+    ``nb``) are made when asked for (fresh arrays, one call each), so that no reader holds more
+    of them than it reads."""
 
     fd: npt.NDArray[np.float64]
     bd: npt.NDArray[np.float64]
     stage: npt.NDArray[np.int64]
     tf: npt.NDArray[np.float64]
-    tb: npt.NDArray[np.float64]
-    nf: npt.NDArray[np.float64]
-    nb: npt.NDArray[np.float64]
+    by_chunk: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
     by_stage: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+
+    def tb(self) -> npt.NDArray[np.float64]:
+        return self.by_chunk(self.bd)
+
+    def nf(self) -> npt.NDArray[np.float64]:
+        return np.divide(self.fd, self.tf, out=np.ones_like(self.fd), where=self.tf > 0)
+
+    def nb(self) -> npt.NDArray[np.float64]:
+        tb = self.tb()
+        return np.divide(self.bd, tb, out=np.ones_like(self.bd), where=tb > 0)
 
 
 def _pair_durations(ops: Any, fi: npt.NDArray[np.int64], bi: npt.NDArray[np.intp], gmax: int) -> _Pairs:
     """The :class:`_Pairs` of the forward rows ``fi`` and their backward rows ``bi``."""
     fd, bd = ops.duration[fi], ops.duration[bi]
     stage = ops.stage[fi].astype(np.int64)
-    group = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
+    group = _pair_ids(stage, ops.gmc[fi], gmax)  # stage * gmax + gmc + 1
     by_chunk = _median_by(group)
-    tf, tb = by_chunk(fd), by_chunk(bd)
-    nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
-    nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
+    tf = by_chunk(fd)
     # one chunk per stage (every non-interleaved job): the (stage, chunk) groups are the stages,
     # so their grouping serves the stage medians too (as many distinct groups as stages)
     one_chunk = np.count_nonzero(np.bincount(group)) == np.count_nonzero(np.bincount(stage))
     by_stage = by_chunk if one_chunk else _median_by(stage)
-    return _Pairs(fd, bd, stage, tf, tb, nf, nb, by_stage)
+    return _Pairs(fd, bd, stage, tf, by_chunk, by_stage)
 
 
 def _pairing_keys(
@@ -398,7 +437,7 @@ def _pairing_keys(
     cell: npt.NDArray[np.int64],
     fi: npt.NDArray[np.intp],
     bi: npt.NDArray[np.intp],
-    microbatch: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    microbatch: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.integer[Any]]],
     dp: int,
     pp: int,
     gmax: int,
@@ -414,24 +453,51 @@ def _pairing_keys(
     n_mb + mb``: the same keys up to an order-preserving renaming (so the same pairs, in the same
     order), in a space about the size of the keys. Rows with a stage or chunk id out of range keep
     the plain keys."""
-    stage_f, stage_b = ops.stage[fi].astype(np.int64), ops.stage[bi].astype(np.int64)
-    g_f, g_b = ops.gmc[fi].astype(np.int64) + 1, ops.gmc[bi].astype(np.int64) + 1
+    stage_f, stage_b = ops.stage[fi], ops.stage[bi]
+    g_f, g_b = ops.gmc[fi], ops.gmc[bi]  # the chunk ids, before their + 1
     n_pairs = pp * gmax
-    ok = all(len(x) == 0 or (int(x.min()) >= 0 and int(x.max()) < top)
-             for x, top in ((stage_f, pp), (stage_b, pp), (g_f, gmax), (g_b, gmax)))
+    # the range tests on the gathered columns in their own width (the + 1 of the chunk ids moved
+    # to the bound): the same verdicts as on their int64 copies
+    ok = all(len(x) == 0 or (int(x.min()) >= lo and int(x.max()) < top)
+             for x, lo, top in ((stage_f, 0, pp), (stage_b, 0, pp), (g_f, -1, gmax - 1), (g_b, -1, gmax - 1)))
     if not ok:
         space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * n_mb
-        kf = (cell[fi] * gmax + g_f) * n_mb + microbatch(fi)
-        kb = (cell[bi] * gmax + g_b) * n_mb + microbatch(bi)
+        kf = (cell[fi] * gmax + (g_f.astype(np.int64) + 1)) * n_mb + microbatch(fi)
+        kb = (cell[bi] * gmax + (g_b.astype(np.int64) + 1)) * n_mb + microbatch(bi)
         return kf, kb, int(space)
-    pair_f, pair_b = stage_f * gmax + g_f, stage_b * gmax + g_b
+    # In range, each (stage, chunk) pair ``stage * gmax + gmc + 1`` lies in [0, pp * gmax) and
+    # each key below ``space``: every step below is integer arithmetic on int64 arrays updated in
+    # place (the same values as the expressions written out, without their temporaries).
+    pair_f, pair_b = _pair_ids(stage_f, g_f, gmax), _pair_ids(stage_b, g_b, gmax)
     present = (np.bincount(pair_f, minlength=n_pairs) > 0) | (np.bincount(pair_b, minlength=n_pairs) > 0)
     chunk = np.cumsum(present) - 1  # (stage, chunk) pair -> its number among the present ones
     n_chunks = int(present.sum())
-    kf = ((cell[fi] // pp) * n_chunks + chunk[pair_f]) * n_mb + microbatch(fi)
-    kb = ((cell[bi] // pp) * n_chunks + chunk[pair_b]) * n_mb + microbatch(bi)
+
+    def keys(rows: npt.NDArray[np.intp], pair: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        # ((cell // pp) * n_chunks + chunk[pair]) * n_mb + microbatch, in one int64 array
+        k = cell[rows].astype(np.int64, copy=False)  # a gather: a fresh array
+        k //= pp
+        k *= n_chunks
+        k += chunk[pair]
+        k *= n_mb
+        k += microbatch(rows)
+        return k
+
+    kf, kb = keys(fi, pair_f), keys(bi, pair_b)
     space = len(ops) and int(si.max(initial=0) + 1) * dp * n_chunks * n_mb
     return kf, kb, int(space)
+
+
+def _pair_ids(
+    stage: npt.NDArray[np.integer[Any]], gmc: npt.NDArray[np.integer[Any]], gmax: int
+) -> npt.NDArray[np.int64]:
+    """Each row's (stage, chunk) pair ``stage * gmax + gmc + 1`` as int64, made in one array
+    (the same integers as the expression on int64 copies of both columns)."""
+    out = stage.astype(np.int64)
+    out *= gmax
+    out += gmc
+    out += 1
+    return out
 
 
 def _stage_correlations(
@@ -528,7 +594,8 @@ def _median_by(
         lo, hi = (size - 1) // 2, size // 2
 
         def equal(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            mid = np.partition(values[by_group].reshape(len(ids), size), sorted({lo, hi}), axis=1)
+            mid = values[by_group].reshape(len(ids), size)  # a gather: partitioned in place
+            mid.partition(sorted({lo, hi}), axis=1)
             return ((mid[:, lo] + mid[:, hi]) / 2)[inv]
 
         return equal

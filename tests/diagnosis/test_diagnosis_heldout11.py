@@ -18,15 +18,15 @@ from tests._support.recorded import widened_part_score
 # fresh figure): 10 of 13. healthy-3x3 keeps only the last stage's standing load (its false slow
 # communication was on host 0, which holds 8 of the job's 9 ranks: no host candidate now).
 # slow-rank-2x2 was rank 0's faulty machine under that round's rule 37 (a DP-2 row carried by one
-# worker), taken out again after the twelfth part's healthy-2x4 broke its premise. The misses:
-# (top cause, its ranks) as diagnosed.
+# worker), taken out again after the twelfth part's healthy-2x4 broke its premise. The thirteenth
+# round's stage rule (a row left with one DP rank once its slow machine is set aside must carry the
+# stage's weight in every step itself, where no partition gives the stage more layers) leaves the
+# first stage's row to rank 0's faulty machine again: 11 of 13 (docs/ACCURACY.md, "Stage imbalance
+# the method's S hides, and a slow worker's row (thirteenth round)"). The misses: (top cause, its
+# ranks) as diagnosed.
 MISSED = {
     # 15 ms in rank 2's forward sends (stage 1, DP 2; S = 1.157): no cause; the step floor is 37%
     "send-delay-2x4": ("none", []),
-    # 15 ms on rank 0 (first stage, DP 2): the slow worker and its waiting peer fill the first
-    # stage's row and read as a stage imbalance, though rank 0's fastest forward and backward run
-    # 3.7x and 4.0x its peer's (a healthy rank on a busy host can do the same: heldout12 healthy-2x4)
-    "slow-rank-2x2": ("stage-imbalance", [0, 1]),
     # 12 ms on rank 6 (dp 2, last stage, DP 4): only the last stage's standing load; rank 6 is not
     # S_w's hottest (rank 7 and rank 4 are) and its fastest forward and backward run 1.33x and 1.18x
     # its peers', under the outlier findings' 1.5x
@@ -37,8 +37,8 @@ MISSED = {
 def test_the_eleventh_held_out_part_keeps_its_second_look() -> None:
     scored, _got, missed = widened_part_score("heldout11", 13)
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 10
-    assert sum(s.right_standing for s in scored.values()) == 10
+    assert sum(s.right for s in scored.values()) == 11
+    assert sum(s.right_standing for s in scored.values()) == 11
     healthy = [n for n, s in scored.items() if s.healthy]
     assert sorted(healthy) == ["healthy-2x2", "healthy-3x3", "healthy-4x2"]
     assert not any(scored[n].false_machine_or_gc for n in healthy)
@@ -51,6 +51,6 @@ def test_the_eleventh_held_out_part_keeps_its_second_look() -> None:
     onset = scored["onset-3x2"].got[0]
     assert (onset[0], list(onset[2]), str(onset[3])) == ("faulty-machine", [4], "onset")
     for name in ("dataloader-stall-4x2", "gc-pause-2x3", "healthy-2x2", "healthy-3x3", "healthy-4x2",
-                 "layers-2x3", "onset-3x2", "slow-rank-2x4", "slow-rank-3x2",
+                 "layers-2x3", "onset-3x2", "slow-rank-2x2", "slow-rank-2x4", "slow-rank-3x2",
                  "var-seq-3x2"):
         assert scored[name].right, name

@@ -17,24 +17,24 @@ from tests._support.recorded import widened_part_score
 # no silent miss; the round's starting tree (63ac102) gives the same 17, recording for recording.
 # The fast-op reading now carries a machine alone only where the worker's compute stands 2 sigma
 # out of that floor: pinned here is that second look (docs/ACCURACY.md, "Twelfth round"; not a
-# fresh figure): 18 of 20, no false machine or GC. The misses: (top cause, its ranks) as diagnosed.
+# fresh figure): 18 of 20, no false machine or GC. The thirteenth round reads a partition the
+# method's S hides (under the decomposition threshold, the stage with more layers whose compute
+# follows them and whose own balancing gains at least 5%): layers-2x4 becomes right, 19 of 20 on a
+# second look (docs/ACCURACY.md, "Stage imbalance the method's S hides, and a slow worker's row
+# (thirteenth round)"). The misses: (top cause, its ranks) as diagnosed.
 MISSED = {
     # nothing injected, S = 1.041: the last stage's standing load first (right alone), then a
     # slow link between ranks 0 and 2 (0.397) that nothing put there (its fastest backward sends
     # 8.4x its peer link's)
     "healthy-2x2": ("stage-imbalance", [2, 3]),
-    # partition 1,2,1,1: S = 1.002 (no cause): the ideal run's typical op times lengthen the lighter
-    # stages about as much as they shorten the heavier one, so the job reads as not slowed, under
-    # the threshold every detector starts at, although balancing that stage alone gains 1.129x
-    "layers-2x4": ("none", []),
 }
 
 
 def test_the_thirteenth_held_out_part_keeps_its_second_look() -> None:
     scored, _got, missed = widened_part_score("heldout13", 20)
     assert missed == MISSED
-    assert sum(s.right for s in scored.values()) == 18
-    assert sum(s.right_standing for s in scored.values()) == 18
+    assert sum(s.right for s in scored.values()) == 19
+    assert sum(s.right_standing for s in scored.values()) == 19
     healthy = sorted(n for n, s in scored.items() if s.healthy)
     assert healthy == ["healthy-2x2", "healthy-2x4", "healthy-3x2", "healthy-4x2"]
     assert not any(scored[n].false_machine_or_gc for n in healthy)
@@ -45,7 +45,7 @@ def test_the_thirteenth_held_out_part_keeps_its_second_look() -> None:
         top = scored[name].got[0]
         assert (top[0], str(top[3])) == ("faulty-machine", "onset"), name
     for name in ("dataloader-stall-2x2", "dataloader-stall-3x2", "gc-pause-2x3", "healthy-2x4",
-                 "healthy-3x2", "healthy-4x2", "layers-2x3", "onset-2x3", "onset-4x2", "send-delay-2x3",
-                 "send-delay-4x2", "slow-rank-2x3", "slow-rank-2x4", "slow-rank-3x2",
+                 "healthy-3x2", "healthy-4x2", "layers-2x3", "layers-2x4", "onset-2x3", "onset-4x2",
+                 "send-delay-2x3", "send-delay-4x2", "slow-rank-2x3", "slow-rank-2x4", "slow-rank-3x2",
                  "slow-rank-last-2x2", "slow-rank-last-4x2", "var-seq-2x3", "var-seq-4x2"):
         assert scored[name].right, name

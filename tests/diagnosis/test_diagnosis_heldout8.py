@@ -27,12 +27,15 @@ def test_the_eighth_held_out_part_keeps_its_second_look_figure() -> None:
     assert missed == MISSED
     assert sum(s.right for s in scored.values()) == 12
     assert sum(s.right_standing for s in scored.values()) == 12
-    # the healthy recordings name no faulty machine and no GC (healthy-3x2 no cause at all,
-    # healthy-2x4 only the example's standing last-stage load)
+    # the healthy recordings name no faulty machine and no GC, nor any cause: healthy-2x4's last
+    # stage was its standing load until the thirteenth round; its row's outlier (rank 7, 1.41x the
+    # other stages' compute) set aside, rank 6 alone carries the stage in 1 step of 4, so the row
+    # is no stage's weight (docs/ACCURACY.md, "Stage imbalance the method's S hides, and a slow
+    # worker's row (thirteenth round)")
     healthy = [s for s in scored.values() if s.healthy]
     assert len(healthy) == 2 and not any(s.false_machine_or_gc for s in healthy)
     assert not scored["healthy-3x2"].got
-    assert [(g[0], list(g[2])) for g in scored["healthy-2x4"].got] == [("stage-imbalance", [6, 7])]
+    assert not scored["healthy-2x4"].got
     # no silent miss: the DP-2 slow rank inside the step noise (the run's silent miss) is named
     # by its fastest ops, as an outlier worker (the low confidence says not every test holds)
     assert not any(s.silent_miss for s in scored.values())

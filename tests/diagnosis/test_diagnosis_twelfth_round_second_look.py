@@ -47,7 +47,8 @@ def test_slow_machines_carried_by_their_fastest_ops_are_still_named(part: str, n
 
 def test_the_thirteenth_part_on_the_second_look() -> None:
     scored, _, missed = widened_part_score("heldout13", 20)
-    assert sum(s.right for s in scored.values()) == 18
-    assert set(missed) == {"healthy-2x2", "layers-2x4"}
+    # 19 since the thirteenth round reads the partition S hides (layers-2x4)
+    assert sum(s.right for s in scored.values()) == 19
+    assert set(missed) == {"healthy-2x2"}
     assert not any(s.false_machine_or_gc for s in scored.values() if s.healthy)
     assert not any(s.silent_miss for s in scored.values())

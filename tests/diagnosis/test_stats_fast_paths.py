@@ -159,3 +159,96 @@ def test_pairing_keys_pair_like_the_plain_keys(interleaved: bool) -> None:
     ops.gmc[fi[0]] = -5
     kf, kb, _ = _pairing_keys(ops, si, cell, fi, bi, microbatch, dp, pp, gmax, n_mb)
     assert np.array_equal(kf, (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi])
+
+
+def _plain_forward_backward(trace):  # type: ignore[no-untyped-def]
+    """The forward/backward pairing written out plainly: the plain keys and np.intersect1d, a
+    per-group np.median loop, every per-pair quantity as one expression, one mask per stage."""
+    from diagnosers.detectors.stats import BWD, FWD, OUTLIER_REL, OUTLIER_Z, _step_index
+
+    ops, dp, pp = trace.ops, trace.meta.dp, trace.meta.pp
+    _, si = _step_index(ops.step)
+    cell = (si * dp + ops.dp_rank) * pp + ops.stage
+    gmax = int(max(ops.gmc.max(initial=0), 0)) + 2
+    n_mb = max(int(max(ops.mb_id.max(initial=0), 0)), int(max(ops.seq_id.max(initial=0), 0))) + 2
+    mb = np.where(ops.mb_id >= 0, ops.mb_id, ops.seq_id).astype(np.int64)
+    fi, bi = np.flatnonzero(ops.optype == FWD), np.flatnonzero(ops.optype == BWD)
+    kf = (cell[fi] * gmax + ops.gmc[fi] + 1) * n_mb + mb[fi]
+    kb = (cell[bi] * gmax + ops.gmc[bi] + 1) * n_mb + mb[bi]
+    _, a, b = np.intersect1d(kf, kb, return_indices=True)
+    fi, bi = fi[a], bi[b]
+    fd, bd = ops.duration[fi], ops.duration[bi]
+    stage = ops.stage[fi].astype(np.int64)
+
+    def by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.empty(len(values))
+        for g in np.unique(group):
+            out[group == g] = np.median(values[group == g])
+        return out
+
+    chunk = stage * gmax + ops.gmc[fi].astype(np.int64) + 1
+    tf, tb = by(chunk, fd), by(chunk, bd)
+    nf = np.divide(fd, tf, out=np.ones_like(fd), where=tf > 0)
+    nb = np.divide(bd, tb, out=np.ones_like(bd), where=tb > 0)
+    wgroup = cell[fi] * gmax + ops.gmc[fi] + 1
+    wf, wb = by(wgroup, fd), by(wgroup, bd)
+    xf = np.divide(fd, wf, out=np.ones_like(fd), where=wf > 0)
+    xb = np.divide(bd, wb, out=np.ones_like(bd), where=wb > 0)
+    excess = fd - tf * np.maximum(1.0, nb)
+    med = by(stage, excess)
+    mad = by(stage, np.abs(excess - med))
+    z = (excess - med) / np.maximum(1.4826 * mad, 0.01 * tf)
+    keep = ~((z >= OUTLIER_Z) & (excess >= OUTLIER_REL * tf))
+
+    def corr(x: np.ndarray, y: np.ndarray) -> dict[int, float]:
+        found = {}
+        for s in range(pp):
+            m = (stage == s) & keep
+            if m.sum() >= 3 and x[m].std() > 0 and y[m].std() > 0:
+                found[s] = float(np.corrcoef(x[m], y[m])[0, 1])
+        return found
+
+    b_excess = bd - tb * np.maximum(1.0, nf)
+    b_med = by(stage, b_excess)
+    b_mad = by(stage, np.abs(b_excess - b_med))
+    b_z = (b_excess - b_med) / np.maximum(1.4826 * b_mad, 0.01 * tb)
+    outliers = int(((b_z >= OUTLIER_Z) & (b_excess >= OUTLIER_REL * tb)).sum())
+    return corr(nf, nb), corr(xf, xb), fi, excess, z, tf, outliers
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gc", "seq-interleaved", "gpipe-shuffled"],
+)
+def test_forward_backward_pairing_matches_the_plain_computation(name: str) -> None:
+    """The pairing's keys, medians and per-pair quantities made in place, with its arrays let go
+    as read, give the plain computation's values to the last bit (forward rows, excess, z,
+    typical forward, both correlations, the backward outliers)."""
+    from diagnosers.detectors.stats import _forward_backward
+
+    specs = {
+        "gc": ScenarioSpec(dp=4, pp=4, microbatches=8, steps=4, seed=34, scenarios=["gc-pause"]),
+        "seq-interleaved": ScenarioSpec(
+            dp=3, pp=4, vpp=2, microbatches=8, steps=3, seed=6, schedule=Schedule.INTERLEAVED,
+            scenarios=["sequence-length-imbalance"],
+        ),
+        "gpipe-shuffled": ScenarioSpec(dp=2, pp=3, microbatches=6, steps=3, seed=5, schedule=Schedule.GPIPE),
+    }
+    trace = generate(specs[name]).trace
+    if name == "gpipe-shuffled":  # rows out of (step, worker) order: the medians' general paths
+        trace.ops = trace.ops.take(np.random.default_rng(2).permutation(len(trace.ops)))
+    want = _plain_forward_backward(trace)
+    _, si = _step_index(trace.ops.step)
+    stats = compute_stats(trace)
+    corr, within, fi, excess, z, tf, outliers = _forward_backward(trace, si)
+    for got in (
+        (corr.make(), within, fi, excess, z, tf, outliers.make()),
+        (stats.fwd_bwd_corr, stats.fwd_bwd_corr_within, stats.fwd_index, stats.fwd_excess,
+         stats.fwd_excess_z, stats.fwd_typical, stats.bwd_outliers),
+    ):
+        assert got[0] == want[0] and got[1] == want[1] and got[6] == want[6]
+        assert len(want[2]) > 0 and np.array_equal(got[2], want[2])
+        for g, w in zip(got[3:6], want[3:6], strict=True):
+            assert g.tobytes() == w.tobytes()
+    if name == "gc":
+        assert (want[4] >= 8).any()  # the pauses stand out: the outlier rule is exercised
