@@ -69,6 +69,9 @@ STALL_WORKERS = 0.75
 # A pause recurs at one worker's same forward in at least this many steps to be code, not a
 # collector (two meetings happen by chance: 1 in the number of microbatches).
 RECUR_MIN_STEPS = 3
+# ... and a recurrence counts only when chance makes it this improbable (``recurring``): the real
+# slow layer of an FSDP job sits at one of 7 forwards in 6 of 6 steps (7^-5).
+RECUR_CHANCE = 0.05
 # A job of two workers: both paused in the same step, and in no other of at least this many
 # steps, is one stall of the job (by chance two independent collectors meet so in 1 of n steps).
 PAIR_STALL_STEPS = 4
@@ -79,6 +82,12 @@ PAIR_STALL_SAME_LENGTH = 0.05
 # One freeze of several workers: paused forwards of different workers in one step whose spans
 # overlap by at least this share of the longer one (the same moment and about as long).
 FREEZE_OVERLAP = 0.9
+# ... and whose starts are that close by chance at most this often: with k pauses in a step of
+# length T, collectors on their own schedules start some pair within dt of each other about
+# C(k, 2) * 2 dt / T times (set 6 mix2-slow-dp-group+gc-pause-17: ten pauses of ~0.9 s in a 4 s
+# step, 22 of 32 met another's span by 90%, tens of milliseconds apart; the real freeze of two
+# workers began 0.7 ms apart in a step of seconds: 1e-3).
+FREEZE_CHANCE = 0.05
 # A pause stands this many times above the largest excess of the forwards that do not look paused
 # (the job's own op-duration tail): ordinary forwards passing the z test on a noisy host reach
 # 1.1-1.5x that tail, real collections 100x and more (real recordings, docs/ACCURACY.md).
@@ -133,17 +142,34 @@ def recurring(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
     """Whether one worker's pauses fall on the same forward (its microbatch, or its position among
     the worker's forwards of the step) in more than half of the traced steps: a collector runs on
     its own schedule, a slow op or a sleep in the code recurs where the code is; and in at least
-    ``RECUR_MIN_STEPS`` steps. False without microbatch ids or with fewer than 3 steps."""
+    ``RECUR_MIN_STEPS`` steps, with a chance of meeting that forward so often (``m^-(k-1)`` for a
+    worker of ``m`` distinct forwards paused there in ``k`` steps) at most ``RECUR_CHANCE``. A
+    worker with one forward per step recurs whenever it is paused so often. False without
+    microbatch ids or with fewer than 3 steps."""
     if stats.op_mb is None or stats.n_steps < 3 or not paused.any():
         return False
     rows = stats.fwd_index[paused]
+    width = int(stats.op_mb.max(initial=0)) + 2
     cell = stats.op_dp[rows].astype(np.int64) * stats.pp + stats.op_pp[rows]
-    key = cell * (int(stats.op_mb.max(initial=0)) + 2) + stats.op_mb[rows].astype(np.int64) + 1
+    key = cell * width + stats.op_mb[rows].astype(np.int64) + 1
     pairs = unique(key * stats.n_steps + stats.op_step_index[rows])
-    _, steps_per_key = np.unique(pairs // stats.n_steps, return_counts=True)
+    keys, steps_per_key = np.unique(pairs // stats.n_steps, return_counts=True)
     # At least RECUR_MIN_STEPS of them: a worker paused twice meets its own microbatch again by
     # chance once in (microbatches) tries, so in a 3-step window two steps are no pattern yet.
-    return bool(steps_per_key.max() > max(0.5 * stats.n_steps, RECUR_MIN_STEPS - 1))
+    many = steps_per_key > max(0.5 * stats.n_steps, RECUR_MIN_STEPS - 1)
+    if not many.any():
+        return False
+    # ... and a meeting chance does not explain: a collector that stops a worker in k steps hits
+    # one of its m forwards every time with chance m^-(k-1) (3 microbatches, 3 steps: 1 in 9)
+    all_rows = stats.fwd_index
+    all_key = (stats.op_dp[all_rows].astype(np.int64) * stats.pp + stats.op_pp[all_rows]) * width
+    all_key = all_key + stats.op_mb[all_rows].astype(np.int64) + 1
+    forwards = np.bincount(unique(all_key) // width)  # distinct forwards per worker
+    for k, n in zip(keys[many].tolist(), steps_per_key[many].tolist(), strict=True):
+        m = int(forwards[k // width]) if k // width < len(forwards) else 1
+        if m <= 1 or float(m) ** -(n - 1) <= RECUR_CHANCE:
+            return True
+    return False
 
 
 def lone_pause(stats: TraceStats, paused: npt.NDArray[np.bool_]) -> bool:
@@ -218,24 +244,34 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
                          step_idx: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """Per paused forward (op-table ``rows``, their workers ``cell`` and step indices): whether it
     is one freeze with a paused forward of another worker in the same step, the two spans
-    overlapping by at least ``FREEZE_OVERLAP`` of the longer one.
+    overlapping by at least ``FREEZE_OVERLAP`` of the longer one, and starts that close improbable
+    among the step's pauses (``C(k, 2) * 2 |dt| / T <= FREEZE_CHANCE``, ``k`` the paused forwards
+    of the step passed in, ``T`` its measured step time).
 
     A collector runs on each process's own schedule and for as long as that process's heap takes;
     two processes stopped at the same moment for the same time are stopped by one thing outside
     them (the host, a shared filesystem), a job-wide stall of those workers, not two collections.
-    All False without op start times."""
+    Many collections in one step meet by chance (pauses as long as the step's compute, started
+    tens of milliseconds apart): such a meeting is not the same moment. All False without op start
+    times."""
     out = np.zeros(len(rows), dtype=bool)
     if stats.op_start is None or len(rows) < 2:
         return out
     start = stats.op_start[rows]
     end = start + stats.transfer[rows]
+    per_step = np.bincount(step_idx, minlength=stats.n_steps)
     for i in range(len(rows)):
         for j in range(i + 1, len(rows)):
             if cell[i] == cell[j] or step_idx[i] != step_idx[j]:
                 continue
             overlap = min(end[i], end[j]) - max(start[i], start[j])
             longer = max(end[i] - start[i], end[j] - start[j])
-            if longer > 0 and overlap >= FREEZE_OVERLAP * longer:
+            if not (longer > 0 and overlap >= FREEZE_OVERLAP * longer):
+                continue
+            k = int(per_step[step_idx[i]])
+            step = float(stats.step_time[step_idx[i]]) if step_idx[i] < len(stats.step_time) else 0.0
+            chance = k * (k - 1) / 2 * 2 * abs(float(start[i] - start[j])) / step if step > 0 else 0.0
+            if chance <= FREEZE_CHANCE:
                 out[i] = out[j] = True
     return out
 

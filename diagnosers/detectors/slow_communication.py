@@ -5,7 +5,9 @@ Works on transfer durations (end minus the last member's start, METHOD.md A3), s
 slow peer does not count as slow communication. Evidence, all of which must hold:
 - what-if: idealising every communication op (or putting only it back into the ideal run, the
   larger counts) explains at least ``MIN_SHARE`` of the slowdown, and more than all compute does —
-  unless a localised candidate explains its own ``MIN_SHARE`` (a secondary cause beside compute);
+  unless a localised candidate explains a real share of its own (``base.real_share``: its own
+  ``MIN_SHARE``, or beside a larger cause ``SECONDARY_EFFECT``, 5%, of the ideal step, the compute
+  detectors' test for a secondary cause);
 - localisation: candidate groups — each PP link (DP rank d, stages s and s+1), each stage's DP
   group, each DP replica's embedding all-reduce group, and each worker or host whose
   point-to-point transfers are at least twice as slow as the typical worker's (with the
@@ -31,6 +33,13 @@ time stays on it. For such a candidate the larger of ``rem`` and ``add`` counts,
 else, and it may carry the finding when idealising all communication (``rem``) does not reach
 ``MIN_SHARE``: on a busy host compute noise sits on the critical path in most steps, so removing
 a slow link alone removes little although putting it back into the ideal run costs its share.
+A group of collectives (a stage's DP group, a replica's embedding group) holds no wait in its
+transfer times with batched calls either (a collective's time counts from its last member's
+arrival): one whose collectives average ``GROUP_STANDOUT`` times its peer groups'
+(``group_stands_out``) takes the larger of ``rem`` and ``add`` too and may carry the finding so,
+and the put-back of all DP and embedding collectives (``collective_put_back``) lets the job past
+the first share test when all communication's ``rem`` is small (a slow DP group beside a
+sequence-length imbalance whose stragglers leave the group's collective off the critical path).
 
 A link direction may also stand out by its *send floor* (``floor_candidates``): the fastest of its
 sends that ride alone in their P2P call (``SEND_FLOOR_QUANTILE``) at least ``STANDOUT`` times its
@@ -62,6 +71,7 @@ from diagnosers.detectors.base import (
     TraceStats,
     categories_for,
     confidence,
+    real_share,
     rounded,
 )
 from diagnosers.detectors.faulty_machine import worker_order_statistic
@@ -104,6 +114,53 @@ SEND_FLOOR_QUANTILE = 0.1
 # job by at least 5% by itself, whatever else slows it (in a job slowed 1.4x by host noise a 6%
 # link holds a seventh of the gap).
 CLEAR_ALONE = 1.05
+
+
+# Candidate groups made of collectives only (``candidate_groups``' names): their transfer times
+# count from the last member's arrival, so they hold no wait even with batched P2P calls ...
+COLLECTIVE_GROUPS = ("dp group", "embedding group")
+# ... and one takes its put-back view there only when its collectives average at least this many
+# times its peer groups' (the other stages' DP groups, the other replicas' embedding groups):
+# halfway, on the log scale, to standing out (``STANDOUT``). On a busy host every group's
+# transfers hold the host's noise (seen healthy 3x2 recordings: 0.75-1.32x); the seen slow DP
+# groups of the synthetic sets stand 2.0x and more.
+GROUP_STANDOUT = float(np.sqrt(STANDOUT))
+
+
+def group_stands_out(stats: TraceStats, transfer: npt.NDArray[np.float64], name: str,
+                     cells: list[tuple[int, int]]) -> bool:
+    """Whether a candidate group of collectives (``COLLECTIVE_GROUPS``) averages at least
+    ``GROUP_STANDOUT`` times the median of its peer groups' mean transfer times: a stage's DP group
+    against the other stages' DP groups, a replica's embedding group against the other replicas'.
+    False for any other candidate, or with no peer group."""
+    if name.startswith("dp group"):
+        mask, key, own = stats.of_types(DP_CODES.tolist()), stats.op_pp, cells[0][1]
+    elif name.startswith("embedding group"):
+        mask, key, own = stats.optype == EMB, stats.op_dp, cells[0][0]
+    else:
+        return False
+    keys = key[mask]
+    if not keys.size:
+        return False
+    sums = np.bincount(keys, weights=transfer[mask])
+    counts = np.bincount(keys)
+    means = {int(k): float(sums[k] / counts[k]) for k in np.flatnonzero(counts)}
+    peers = [v for k, v in means.items() if k != own]
+    if own not in means or not peers:
+        return False
+    return means[own] >= GROUP_STANDOUT * float(median(np.asarray(peers)))
+
+
+def collective_put_back(stats: TraceStats, probe: Probe) -> float:
+    """The ``add`` share of the DP and embedding collectives: every one of them put back into the
+    ideal run alone (``Probe.mixed_means``), over the gap between the measured and the ideal run."""
+    gap = probe.t_orig - probe.t_ideal
+    if gap <= 1e-12 * max(probe.t_orig, 1e-12):
+        return 0.0
+    mask = stats.of_types([*DP_CODES.tolist(), EMB])
+    if not mask.any():
+        return 0.0
+    return float((probe.mixed_means([mask], [False])[0] - probe.t_ideal) / gap)
 
 
 def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
@@ -970,7 +1027,21 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # Only a candidate that stands out (``picked``, ``floor_found``) may carry the finding when all
     # communication explains under ``MIN_SHARE`` (the first test after the shares, below): with
     # none, that share alone decides, from its own run, before the candidates' runs are made.
-    if not picked_groups and not floor_found and both_views(probe, [is_comm], batched)[0] < MIN_SHARE:
+    # With batched P2P calls only ``rem`` counts for communication as a whole; a collective's
+    # transfer time holds no wait (it counts from its last member's arrival), so the DP and
+    # embedding collectives' put-back is their own cost (``collective_put_back``) and may carry a
+    # candidate group of them past the gate.
+    collective = (
+        [group_stands_out(stats, probe.original, name, cells) for name, cells, _ in ranked]
+        if batched
+        else [False] * len(ranked)
+    )
+    if (
+        not picked_groups
+        and not floor_found
+        and both_views(probe, [is_comm], batched)[0] < MIN_SHARE
+        and not (any(collective) and real_share(collective_put_back(stats, probe), probe))
+    ):
         return None
     scored = probe_candidates(stats, lambda: [(name, cells, mask()) for name, cells, mask in ranked])
     picked = [m for (_, _, m), hit in zip(scored, standout, strict=True) if hit]
@@ -984,6 +1055,15 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     if picked:
         both = iter(both_views(probe, picked, False))
         shares = [max(v, next(both)) if hit else v for v, hit in zip(shares, standout, strict=True)]
+    if any(collective):
+        # a group of collectives carries its put-back cost too: no wait is in its transfer times
+        coll_masks = [m for (_, _, m), c in zip(scored, collective, strict=True) if c]
+        own = iter(both_views(probe, coll_masks, False))
+        shares = [max(v, next(own)) if c else v for v, c in zip(shares, collective, strict=True)]
+    # (waits excluded from its view) a standing-out candidate, or with batched calls a group of
+    # collectives standing out of its peer groups, may carry the finding when communication as a
+    # whole explains under MIN_SHARE (without batched calls that share already holds both views)
+    own_view = [hit or c for hit, c in zip(standout, collective, strict=True)]
     # A candidate whose excess transfer time sits mostly in one step is a transient stall (one
     # member descheduled, or one burst on the wire), not a slow link or group: it carries nothing.
     stalls = transient(stats, probe.original, base, scored)
@@ -995,27 +1075,30 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     held_by_waits = max((v for v, w in zip(shares, waits, strict=True) if w), default=0.0)
     shares = [0.0 if w else v for v, w in zip(shares, waits, strict=True)]
     floor_of = {c.name: c for c, _ in floor_found}
-    # a candidate that may carry the finding: its own MIN_SHARE, or its send floor's test passed
-    qualified = [v >= MIN_SHARE for v in shares] + [True for _ in floor_found]
+    # a candidate that may carry the finding: a real share of its own (``real_share``: MIN_SHARE,
+    # or beside a larger cause SECONDARY_EFFECT of the ideal step, the compute detectors' test), or
+    # its send floor's test passed
+    qualified = [real_share(v, probe) for v in shares] + [True for _ in floor_found]
     if floor_found:
         scored = [*scored, *((c.name, c.cells, c.mask) for c, _ in floor_found)]
         shares = [*shares, *(v for _, v in floor_found)]
         standout = [*standout, *(True for _ in floor_found)]
+        own_view = [*own_view, *(True for _ in floor_found)]
     if share_comm < MIN_SHARE and not any(
-        q for q, hit in zip(qualified, standout, strict=True) if hit
+        q for q, hit in zip(qualified, own_view, strict=True) if hit
     ):
         return None
     # Communication need not beat all compute: in a multi-cause job (or under compute noise) a link
     # or group that explains its own real share is a cause too. Unlocalised slowness must.
     if share_comm <= share_compute and not any(qualified):
         return None
-    # the best qualified candidate (with none, the best: it names the job-wide finding's reach)
-    pool = [k for k, q in enumerate(qualified) if q] or list(range(len(shares)))
-    best = max(pool, key=lambda k: shares[k]) if shares else -1
-    if best >= 0:
-        # Among candidates nearly as good as the best, name the most specific one: the smallest fix
-        # (fewest ops idealised; a link's transfers are a subset of either end's NIC), then the
-        # fewest workers.
+    def place(pool: list[int]) -> int:
+        # the best of ``pool`` (-1 with none), then, among candidates nearly as good, the most
+        # specific one: the smallest fix (fewest ops idealised; a link's transfers are a subset of
+        # either end's NIC), then the fewest workers
+        if not pool or not shares:
+            return -1
+        best = max(pool, key=lambda k: shares[k])
         near = [k for k, v in enumerate(shares) if v >= 0.9 * shares[best]]
         # A collective runs at its slowest member's pace: when a worker or host whose own P2P
         # transfers are slow is nearly as good, its stage's DP group is slow because of it.
@@ -1027,8 +1110,22 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
             if not (scored[k][0].startswith("dp group") and any(c in members for c in scored[k][1]))
         ]
         near = _links_through_a_slow_nic(stats, view, scored, near)
-        best = min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
-    localised = best >= 0 and shares[best] >= 0.5 * share_comm and qualified[best]
+        return min(near, key=lambda k: (int(scored[k][2].sum()), len(scored[k][1]), -shares[k]))
+
+    def holds(k: int) -> bool:
+        return k >= 0 and shares[k] >= 0.5 * share_comm and qualified[k]
+
+    # The best qualified candidate (with none, the best: it names the job-wide finding's reach).
+    # Those holding MIN_SHARE or passing their send floor's test are placed first: a candidate
+    # qualified only as a secondary cause (``real_share``) is placed when they place nothing, so a
+    # worker whose transfers include a slow link's does not take the link's place for holding a
+    # little more time beside it (heldout7 send-delay-3x2).
+    first_floor = len(qualified) - len(floor_found)  # (the send floors' candidates come last)
+    holding = [k for k, q in enumerate(qualified) if q and (shares[k] >= MIN_SHARE or k >= first_floor)]
+    best = place(holding)
+    if not holds(best):
+        best = place([k for k, q in enumerate(qualified) if q] or list(range(len(shares))))
+    localised = holds(best)
     if localised:
         name, cells, _ = scored[best]
         share = shares[best]
