@@ -30,7 +30,7 @@ A partition injection is exempt (its expected cause is itself a stage imbalance)
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
                                                 heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|
-                                                heldout11|heldout12|heldout13|all]
+                                                heldout11|heldout12|heldout13|heldout14|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -51,7 +51,8 @@ committed, diagnosed once at its end), ``heldout12`` (balanced, seeds 1101-1113,
 the eleventh round's rules were made on the seen parts, none of it read before its one run at
 the round's end), ``heldout13`` (balanced, 20 recordings, seeds 1201-1220, recorded on a quiet
 machine and committed before the twelfth round's rules were made, diagnosed once at its end),
-``all``.
+``heldout14`` (balanced, 20 recordings, seeds 1301-1320, recorded on a quiet machine and committed
+before the thirteenth round's rules were made, diagnosed once at its end), ``all``.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ PARTS = {
     "tuning": ["tune", "heldout"],
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-            "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13"],
+            "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14"],
 }
 
 
@@ -246,7 +247,8 @@ def folders(part: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
-             "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "all"]
+             "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13",
+             "heldout14", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
