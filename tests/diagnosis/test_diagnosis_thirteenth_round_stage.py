@@ -54,7 +54,7 @@ def test_the_partition_the_method_s_hides_is_read_at_its_stage() -> None:
 
 
 def test_under_the_threshold_only_an_uneven_partition_is_read() -> None:
-    """On every seen recording under the decomposition threshold (heldout14 is not read), the
+    """On every recording under the decomposition threshold (heldout14 too, since its one run), the
     hidden-partition route names a stage only where ``layers_per_stage`` gives it more layers than
     the median stage and its compute follows them: never on a job with even stages (every healthy
     one), which is why it can add no false stage imbalance there."""
@@ -75,7 +75,6 @@ def test_under_the_threshold_only_an_uneven_partition_is_read() -> None:
         assert found[0] == int(np.argmax(layers)), folder.name
         assert partition_explains(stats.compute, [int(x) for x in layers], [found[0]])
     assert under >= 5  # the route was tried on more than the one recording it was made for
-    assert "heldout14" not in {f.parent.name for f in rec.folders("all")}  # type: ignore[attr-defined]
 
 
 def test_a_slow_workers_row_is_no_stage_when_its_peer_is_hot_in_few_steps() -> None:
@@ -141,10 +140,12 @@ def test_the_standing_load_first_where_fixing_it_alone_gains_more(
 def test_the_recordings_figure_after_the_round() -> None:
     rec = _recordings()
     res = [rec.score_folder(f) for f in rec.folders("all")]  # type: ignore[attr-defined]
-    assert len(res) == 199
-    assert sum(r.right for r in res) >= 184
-    assert sum(r.right_standing for r in res) >= 190
+    # 219 with the fourteenth part, read once at the round's end (20 of 20 there): every rule of
+    # the round merged, 206 strict and 212 with the standing load, no false machine or GC.
+    assert len(res) == 219
+    assert sum(r.right for r in res) >= 206
+    assert sum(r.right_standing for r in res) >= 212
     healthy = [r for r in res if r.healthy]
-    assert len(healthy) == 35 and sum(r.false_machine_or_gc for r in healthy) <= 1
-    assert sum(r.right for r in healthy) >= 33  # no false stage imbalance added on a healthy one
+    assert len(healthy) == 38 and sum(r.false_machine_or_gc for r in healthy) == 0
+    assert sum(r.right for r in healthy) >= 37  # no false stage imbalance added on a healthy one
     assert not any(r.silent_miss for r in res)
