@@ -3,8 +3,8 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout14 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout15 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -245,3 +245,24 @@ rec heldout14 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1317 --gc-pau
 rec heldout14 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1318 --gc-pause
 rec heldout14 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1319 --stall-rank 2 --stall-ms 80
 rec heldout14 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1320 --stall-rank 6 --stall-ms 100
+# --- held out, fifteenth set (balanced; seeds 1401-1420; recorded on a busy host: one extra process spinning on one of the two cores throughout, before the round's changes) ---
+rec heldout15 healthy-2x2           --dp 2 --pp 2 --steps 6 --seed 1401
+rec heldout15 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 1402
+rec heldout15 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 1403
+rec heldout15 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 1404 --slow-rank 1 --slow-ms 15
+rec heldout15 slow-rank-last-3x2    --dp 3 --pp 2 --steps 6 --seed 1405 --slow-rank 4 --slow-ms 15
+rec heldout15 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1406 --slow-rank 2 --slow-ms 15
+rec heldout15 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 1407 --slow-rank 3 --slow-ms 15
+rec heldout15 slow-rank-first-2x4   --dp 2 --pp 4 --steps 6 --seed 1408 --slow-rank 1 --slow-ms 12
+rec heldout15 onset-2x2             --dp 2 --pp 2 --steps 8 --seed 1409 --slow-rank 2 --slow-ms 25 --slow-from-step 4
+rec heldout15 onset-2x3             --dp 2 --pp 3 --steps 8 --seed 1410 --slow-rank 3 --slow-ms 25 --slow-from-step 5
+rec heldout15 layers-2x2            --dp 2 --pp 2 --steps 6 --seed 1411 --layers-per-stage 1,2
+rec heldout15 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 1412 --layers-per-stage 1,1,2,1
+rec heldout15 send-delay-2x3        --dp 2 --pp 3 --steps 6 --seed 1413 --send-delay-rank 1 --send-delay-ms 25
+rec heldout15 send-delay-3x2        --dp 3 --pp 2 --steps 6 --seed 1414 --send-delay-rank 0 --send-delay-ms 25
+rec heldout15 var-seq-2x3           --dp 2 --pp 3 --steps 6 --seed 1415 --var-seq --seq 64
+rec heldout15 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1416 --var-seq --seq 64
+rec heldout15 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1417 --gc-pause
+rec heldout15 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1418 --gc-pause
+rec heldout15 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1419 --stall-rank 3 --stall-ms 100
+rec heldout15 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1420 --stall-rank 2 --stall-ms 100
