@@ -169,6 +169,18 @@ FLOOR_GAP = 2.0
 # machine 0.00 (bar 0.29), heldout5 send-delay-4x2's untouched rank 1 0.25 (bar 0.40).
 HOTTEST_CHANCE = 2.0
 HOTTEST_SHARE = 0.5
+# A faulty machine runs at least FAULT_MIN_EXCESS (5%) slower than its stage peers: a healthy
+# fleet's GPUs differ by a few percent (the generator's mild GPUs 1.5-3.5%, the seen true machines
+# this detector names 9.7% or more, the example job's injected ranks 13% or more), and a job of a
+# few workers cannot measure that spread (``NoiseFloor.fleet_sigma`` needs more), so a persistent
+# 2-3% on a quiet floor stands many sigma out while being a fleet's ordinary spread.
+FAULT_MIN_EXCESS = 0.05
+# An onset is the job's own excursion by chance (``onset_by_chance``) when another worker rises over
+# as many consecutive steps by at least ONSET_LOOKALIKE times the candidate's jump, or,
+# with one stage peer, when against the other stages' workers the candidate's jump is under
+# ONSET_WIDE of its jump against that peer (the peer moved, not the candidate).
+ONSET_LOOKALIKE = 0.75
+ONSET_WIDE = 0.5
 
 
 def hot_cells(report: Report) -> list[tuple[int, int]]:
@@ -915,6 +927,66 @@ def _over_time(timings: list[CellTiming], hosts: list[int] | None) -> tuple[list
     return None
 
 
+def window_rise(series: np.ndarray, m: int) -> np.ndarray:
+    """(w,) for log ratios ``series`` (S, w), 0 < m < S: each column's largest rise over m
+    consecutive steps, at any position: the window's lowest step over the larger of the other
+    steps' mean and 0 (the peers' level). Every step of the window counts, so one spike is no
+    rise, and a worker that got faster outside the window does not rise in it."""
+    n = series.shape[0]
+    best = np.full(series.shape[1], -np.inf)
+    total = series.sum(axis=0)
+    for a in range(n - m + 1):
+        win = series[a:a + m]
+        outside = (total - win.sum(axis=0)) / (n - m)
+        best = np.maximum(best, win.min(axis=0) - np.maximum(outside, 0.0))
+    return best
+
+
+def onset_by_chance(stats: TraceStats, kept: list[CellTiming]) -> bool:
+    """Whether the onset of the ``kept`` cells is one the job's own noise makes by chance.
+
+    Two readings, each against workers that do not contain the candidates in their reference:
+
+    - **Look-alikes.** For every other worker with stage peers left (its log ratio to them, the
+      candidates left out of every reference), the largest rise over m consecutive steps at any
+      position (``window_rise``), m the candidate's count of slow steps. One of at least
+      ``ONSET_LOOKALIKE`` times the candidate's jump says a window of m slow steps is what this
+      job's bursts make (set 7 healthy-step-bursts-0: dp 14 x pp 2, 4 steps, a
+      worker hit by bursts in its last two steps, named an onset while four of its stage's other
+      workers had two such steps in a row elsewhere). A throttling machine's onset stands alone.
+    - **One peer.** With DP 2 a cell's ratio is to its one peer, and a peer that got faster reads
+      as the cell getting slower. Each worker's log compute centred on its own median, the cell's
+      over the median of the other stages' workers in each step: a slow machine's jump shows there
+      too; under ``ONSET_WIDE`` of it says the peer moved (set 7 job-stall-small-5: 2 x 2, 5 steps
+      of heavy step noise, rank 4 "slow since step 1002" while its peer ran 1.2-1.4x in the two
+      steps before and the cell was flat against the other stage)."""
+    onsets = [t for t in kept if t.onset is not None]
+    if not onsets:
+        return False
+    n = stats.n_steps
+    cells = [t.cell for t in kept]
+    others = log_ratios(stats.compute, exclude=cells)  # (S, dp, pp), NaN without peers
+    finite = np.isfinite(others).all(axis=0)
+    for t in onsets:
+        assert t.onset is not None
+        k = t.onset.index
+        m = n - k
+        jump = t.onset.after - t.onset.before
+        if jump <= 0 or m >= n:
+            continue
+        if finite.any() and float(window_rise(others[:, finite], m).max()) >= ONSET_LOOKALIKE * jump:
+            return True
+        d, p = t.cell
+        if stats.dp == 2 and stats.pp >= 2:
+            logs = np.log(np.maximum(stats.compute, 1e-12))
+            centred = logs - median(logs, axis=0)[None]
+            off = np.delete(centred, p, axis=2).reshape(n, -1)
+            wide = centred[:, d, p] - median(off, axis=1)
+            if float(np.mean(wide[k:]) - np.mean(wide[:k])) < ONSET_WIDE * jump:
+                return True
+    return False
+
+
 def hottest_share(stats: TraceStats, cell: tuple[int, int], affected: np.ndarray) -> float:
     """The fraction of the ``affected`` steps in which the cell's compute over its stage peers'
     (``leave_one_out_ratios``, in logs: the cell left out of its own reference) exceeds the same of
@@ -994,6 +1066,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     kept, is_onset = timed
     if not is_onset and _normal_step(stats, kept, floor):
         return None
+    if is_onset and hosts is None and onset_by_chance(stats, kept):
+        return None
     cells = [t.cell for t in kept]
     hosts = host_cluster(stats, cells)
     affected = np.ones(stats.n_steps, dtype=bool)
@@ -1008,9 +1082,11 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         return None
     persist = float(min(t.persist for t in kept))
     peer_ratio_v = float(np.mean(compute_ratios(stats, cells)[affected]))
-    if peer_ratio_v - 1.0 < MIN_EXCESS:
+    if peer_ratio_v - 1.0 < FAULT_MIN_EXCESS:
         # Its compute is no slower than its peers' (e.g. one DP rank, compared with the other
-        # stage, where no spread is left to call it an outlier against): nothing of a machine.
+        # stage, where no spread is left to call it an outlier against), or only by a healthy
+        # fleet's spread (set 7 job-stall-small-4: 2 x 2, a GPU 2.3% slower than its one peer on
+        # a 0.5% step floor, named faulty-machine 0.99): nothing of a machine.
         return None
     z = outlier_z(stats, cells, affected, floor)
     # The slowest of a normal spread of GPU speeds is not a faulty machine. On a busy host a few
@@ -1237,6 +1313,8 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
         return _fast_op_outlier(report, stats, cell, sw_z)
     if t.typical < small_job_outlier_bar(stats.dp * stats.pp) * floor.fleet_sigma():
         return None  # within the healthy machines' own spread, as in ``detect``
+    if float(np.mean(np.exp(t.r[t.affected]))) - 1.0 < FAULT_MIN_EXCESS:
+        return None  # a healthy fleet's few percent, as in ``detect``
     if starved_not_slow(stats, [cell]):
         return None  # kernel-level: a starved process, its best forward not slow (fast_step.py)
     affected = t.affected

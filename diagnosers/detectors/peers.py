@@ -137,6 +137,11 @@ class NoiseFloor:
     # Whether ``step`` was read through successive-step differences (``successive_step_spread``),
     # which carry no few-steps bias, rather than as a MAD around each worker's own median.
     step_unbiased: bool = False
+    # The workers' persistent spread read from two disjoint halves of the steps (even and odd):
+    # sqrt of the covariance, over workers, of their mean ratios in each half (``split_half_spread``);
+    # None where it was not read. Step noise is independent between the halves, so it adds
+    # nothing to the covariance; a machine's persistent speed shows in both.
+    split: float | None = None
 
     def typical_sigma(self) -> float:
         """Spread of one worker's typical ratio from step noise alone (median of n steps)."""
@@ -149,12 +154,17 @@ class NoiseFloor:
         measured), where fewer than ``FLEET_MIN_WORKERS`` workers measured it (the MAD of two to
         seven values is no spread), or where it does not stand ``FLEET_CLEAR`` times above what
         step noise gives it (a busy host's identical ranks, a few steps of heavy step noise: the
-        rest is the MAD's own sampling error)."""
+        rest is the MAD's own sampling error). Never above the split-half spread (``split``): with a
+        few steps of heavy step noise the MADs of the typical ratios and of the steps can each be
+        two of their own sigmas off, reading a persistent spread that the two halves of the
+        steps do not share (set 7 faulty-weak-step-noise-6: dp 8 x pp 2, 5 steps of +-17%, a
+        fleet spread of 0.15 read where the halves' covariance is 0, which hid a 1.58x machine)."""
         step_typical = self.step / median_mad_deflation(self.n_steps) * 1.25 / np.sqrt(max(self.n_steps, 1))
         measured = self.worker > MIN_SIGMA and self.n_workers >= FLEET_MIN_WORKERS
         if not measured or self.worker < FLEET_CLEAR * step_typical:
             return 0.0
-        return float(np.sqrt(self.worker**2 - step_typical**2))
+        spread = float(np.sqrt(self.worker**2 - step_typical**2))
+        return spread if self.split is None else min(spread, self.split)
 
 
 def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFloor:
@@ -174,7 +184,21 @@ def noise_floor(values: Arr, exclude: Iterable[tuple[int, int]] = ()) -> NoiseFl
     step = MAD_SIGMA * float(median(np.abs(dev))) if n_s >= 2 else MIN_SIGMA
     tv = typical[keep]
     worker = MAD_SIGMA * float(median(np.abs(tv - median(tv))))
-    return NoiseFloor(max(step, MIN_SIGMA), max(worker, MIN_SIGMA), n_s, int(keep.sum()))
+    return NoiseFloor(max(step, MIN_SIGMA), max(worker, MIN_SIGMA), n_s, int(keep.sum()),
+                      split=split_half_spread(r[:, keep]))
+
+
+def split_half_spread(r: Arr) -> float | None:
+    """The workers' persistent spread in log ratios ``r`` (S, w): sqrt of the covariance, across
+    the w workers, of each worker's mean over the even steps and over the odd steps (0 when
+    negative); None with fewer than two steps or three workers. Unbiased by step noise, which
+    the two halves do not share."""
+    n_s, w = r.shape
+    if n_s < 2 or w < 3:
+        return None
+    a, b = r[0::2].mean(axis=0), r[1::2].mean(axis=0)
+    cov = float(np.mean((a - a.mean()) * (b - b.mean())))
+    return float(np.sqrt(max(cov, 0.0)))
 
 
 def successive_step_spread(values: Arr) -> float:
