@@ -1078,7 +1078,15 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # a candidate that may carry the finding: a real share of its own (``real_share``: MIN_SHARE,
     # or beside a larger cause SECONDARY_EFFECT of the ideal step, the compute detectors' test), or
     # its send floor's test passed
-    qualified = [real_share(v, probe) for v in shares] + [True for _ in floor_found]
+    # A group of collectives at its peer groups' pace is no place, whatever its share: under heavy
+    # per-op noise idealising any one stage's DP group removes a share of the noise's cost (set 7
+    # healthy-noisy-0 and -5: S = 1.065 and 1.086, a DP group no slower than its peers 29-47% of it,
+    # named slow communication on healthy jobs); the seen slow DP groups stand 2x their peers.
+    qualified = [
+        real_share(v, probe)
+        and (not name.startswith(COLLECTIVE_GROUPS) or group_stands_out(stats, probe.original, name, cells))
+        for v, (name, cells, _) in zip(shares, scored, strict=True)
+    ] + [True for _ in floor_found]
     if floor_found:
         scored = [*scored, *((c.name, c.cells, c.mask) for c, _ in floor_found)]
         shares = [*shares, *(v for _, v in floor_found)]
