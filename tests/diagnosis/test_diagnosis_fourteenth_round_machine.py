@@ -9,7 +9,11 @@ seen jobs of synthetic set 7 that needed it and on the seen true machines neares
   keeps its finding;
 - the fleet's persistent spread is never above the covariance of the workers' ratios between the
   even and the odd steps (``peers.split_half_spread``): set 7 ``faulty-weak-step-noise-6``'s 1.58x
-  machine, hidden by a spread two noisy MADs made up, is named.
+  machine, hidden by a spread two noisy MADs made up, is named;
+- beside a larger cause a machine's compute needs a real share (``base.real_share``), as every other
+  cause's: set 7 ``mix2-faulty-machine+sequence-length-imbalance-1`` keeps its machine;
+- a DP group at its peer groups' pace is no place for slow communication
+  (``slow_communication.group_stands_out``): set 7 ``healthy-noisy-0`` and ``-5`` name nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ import pytest
 
 from diagnosers.detectors import faulty_machine as fm
 from diagnosers.detectors import peers
+from diagnosers.detectors import slow_communication as sc
+from diagnosers.detectors.base import MIN_SHARE
 from diagnosers.detectors.stats import compute_stats
 from diagnosers.diagnose import diagnose
 from diagnosers.synth import GeneratedJob, generate
 from diagnosers.vocab import CauseId, Temporal
+from diagnosers.whatif import build_engine
 from tests._support.recorded import widened_causes, widened_folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -139,3 +146,34 @@ def test_the_weak_machine_under_step_noise_is_named() -> None:
     top = d.causes[0]
     assert top.id == CauseId.FAULTY_MACHINE and top.location.ranks == [12]
     assert top.pattern.temporal == Temporal.PERSISTENT
+
+
+@pytest.mark.parametrize("name", ["healthy-noisy-0", "healthy-noisy-5"])
+def test_a_dp_group_at_its_peers_pace_is_no_place(name: str) -> None:
+    """Heavy per-op noise: idealising one stage's DP group removes 29-47% of S's excess, but its
+    collectives run at its peer groups' pace, so it carries no slow communication."""
+    job = _job(name)
+    d = diagnose(job.trace)
+    assert d.slowdown > 1.03 and not d.causes
+
+
+def test_the_dp_groups_of_the_noisy_job_do_not_stand_out() -> None:
+    job = _job("healthy-noisy-0")
+    trace = job.trace
+    st = compute_stats(trace, build_engine(trace))
+    assert st.probe is not None
+    for stage in range(st.pp):
+        cells = [(d, stage) for d in range(st.dp)]
+        assert not sc.group_stands_out(st, st.probe.original, f"dp group of stage {stage}", cells)
+
+
+def test_a_machine_beside_a_larger_cause_needs_a_real_share_not_half() -> None:
+    """mix2-faulty-machine+sequence-length-imbalance-1: a 1.12x machine beside a 1.84x imbalance; its
+    compute holds under MIN_SHARE of the gap but more than SECONDARY_EFFECT of the ideal step."""
+    job = _job("mix2-faulty-machine+sequence-length-imbalance-1")
+    d = diagnose(job.trace)
+    assert [c.id for c in d.causes] == [CauseId.SEQUENCE_LENGTH_IMBALANCE, CauseId.FAULTY_MACHINE]
+    machine = d.causes[1]
+    assert machine.location.ranks == [9]
+    share = machine.evidence["fix_share_compute"]
+    assert isinstance(share, float) and share < MIN_SHARE
