@@ -1148,10 +1148,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         # core; its slow steps are the host's contention, not its hardware.
         return None
     share, compute_share = worker_shares(stats, report, cells)
-    # The machine's compute must hold a real share of the slowdown (``real_share``: MIN_SHARE, or
-    # beside a larger cause SECONDARY_EFFECT of the ideal step, as every other cause; the tests
-    # above are a primary's in full); slow transfers are slow communication's.
-    if not real_share(compute_share, stats.probe):
+    # The machine's compute must hold the slowdown; slow transfers are slow communication's.
+    if compute_share < MIN_SHARE:
         return None
     return _match(report, stats, cells, hosts, rows, whole_rows, persist, peer_ratio_v, z, opt_ratio,
                   opt_slow, consistent, share, compute_share, floor, affected if is_onset else None)
