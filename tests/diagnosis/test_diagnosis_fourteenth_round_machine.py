@@ -10,8 +10,6 @@ seen jobs of synthetic set 7 that needed it and on the seen true machines neares
 - the fleet's persistent spread is never above the covariance of the workers' ratios between the
   even and the odd steps (``peers.split_half_spread``): set 7 ``faulty-weak-step-noise-6``'s 1.58x
   machine, hidden by a spread two noisy MADs made up, is named;
-- beside a larger cause a machine's compute needs a real share (``base.real_share``), as every other
-  cause's: set 7 ``mix2-faulty-machine+sequence-length-imbalance-1`` keeps its machine;
 - a DP group at its peer groups' pace is no place for slow communication
   (``slow_communication.group_stands_out``): set 7 ``healthy-noisy-0`` and ``-5`` name nothing.
 """
@@ -27,7 +25,6 @@ import pytest
 from diagnosers.detectors import faulty_machine as fm
 from diagnosers.detectors import peers
 from diagnosers.detectors import slow_communication as sc
-from diagnosers.detectors.base import MIN_SHARE
 from diagnosers.detectors.stats import compute_stats
 from diagnosers.diagnose import diagnose
 from diagnosers.synth import GeneratedJob, generate
@@ -166,14 +163,3 @@ def test_the_dp_groups_of_the_noisy_job_do_not_stand_out() -> None:
         cells = [(d, stage) for d in range(st.dp)]
         assert not sc.group_stands_out(st, st.probe.original, f"dp group of stage {stage}", cells)
 
-
-def test_a_machine_beside_a_larger_cause_needs_a_real_share_not_half() -> None:
-    """mix2-faulty-machine+sequence-length-imbalance-1: a 1.12x machine beside a 1.84x imbalance; its
-    compute holds under MIN_SHARE of the gap but more than SECONDARY_EFFECT of the ideal step."""
-    job = _job("mix2-faulty-machine+sequence-length-imbalance-1")
-    d = diagnose(job.trace)
-    assert [c.id for c in d.causes] == [CauseId.SEQUENCE_LENGTH_IMBALANCE, CauseId.FAULTY_MACHINE]
-    machine = d.causes[1]
-    assert machine.location.ranks == [9]
-    share = machine.evidence["fix_share_compute"]
-    assert isinstance(share, float) and share < MIN_SHARE
