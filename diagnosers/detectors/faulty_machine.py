@@ -171,7 +171,7 @@ HOTTEST_CHANCE = 2.0
 HOTTEST_SHARE = 0.5
 # A faulty machine runs at least FAULT_MIN_EXCESS (5%) slower than its stage peers: a healthy
 # fleet's GPUs differ by a few percent (the generator's mild GPUs 1.5-3.5%, the seen true machines
-# this detector names 9.7% or more, the example job's injected ranks 13% or more), and a job of a
+# this detector names 9.3% or more, the example job's injected ranks 13% or more), and a job of a
 # few workers cannot measure that spread (``NoiseFloor.fleet_sigma`` needs more), so a persistent
 # 2-3% on a quiet floor stands many sigma out while being a fleet's ordinary spread.
 FAULT_MIN_EXCESS = 0.05
