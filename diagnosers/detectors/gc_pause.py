@@ -241,7 +241,8 @@ def job_wide_stall_steps(
 
 
 def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: npt.NDArray[np.int64],
-                         step_idx: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+                         step_idx: npt.NDArray[np.int64],
+                         pause: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.bool_]:
     """Per paused forward (op-table ``rows``, their workers ``cell`` and step indices): whether it
     is one freeze with a paused forward of another worker in the same step, the two spans
     overlapping by at least ``FREEZE_OVERLAP`` of the longer one, and starts that close improbable
@@ -253,7 +254,12 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
     them (the host, a shared filesystem), a job-wide stall of those workers, not two collections.
     Many collections in one step meet by chance (pauses as long as the step's compute, started
     tens of milliseconds apart): such a meeting is not the same moment. All False without op start
-    times."""
+    times.
+
+    With ``pause`` (each row's pause length, its forward's excess) the two may instead overlap as
+    pauses, each taken from its op's start: under step noise the forwards' own compute moves their
+    spans by more than a tenth while the freeze in them is the same (set 8 job-stall-small-1: two
+    DP ranks stopped 0.1 ms apart for 0.106 s and 0.098 s, spans 0.177 s and 0.158 s, 89% overlap)."""
     out = np.zeros(len(rows), dtype=bool)
     if stats.op_start is None or len(rows) < 2:
         return out
@@ -264,9 +270,10 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
         for j in range(i + 1, len(rows)):
             if cell[i] == cell[j] or step_idx[i] != step_idx[j]:
                 continue
-            overlap = min(end[i], end[j]) - max(start[i], start[j])
-            longer = max(end[i] - start[i], end[j] - start[j])
-            if not (longer > 0 and overlap >= FREEZE_OVERLAP * longer):
+            if not (_overlaps(start[i], end[i], start[j], end[j]) or (
+                pause is not None
+                and _overlaps(start[i], start[i] + pause[i], start[j], start[j] + pause[j])
+            )):
                 continue
             k = int(per_step[step_idx[i]])
             step = float(stats.step_time[step_idx[i]]) if step_idx[i] < len(stats.step_time) else 0.0
@@ -274,6 +281,12 @@ def simultaneous_freezes(stats: TraceStats, rows: npt.NDArray[np.int64], cell: n
             if chance <= FREEZE_CHANCE:
                 out[i] = out[j] = True
     return out
+
+
+def _overlaps(a0: float, a1: float, b0: float, b1: float) -> bool:
+    """Whether spans [a0, a1] and [b0, b1] overlap by at least ``FREEZE_OVERLAP`` of the longer."""
+    longer = max(a1 - a0, b1 - b0)
+    return bool(longer > 0 and min(a1, b1) - max(a0, b0) >= FREEZE_OVERLAP * longer)
 
 
 @register(CauseId.GC_PAUSE)
@@ -317,7 +330,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
         rows, cell, step_idx = rows[keep], cell[keep], step_idx[keep]
         if not paused.any():
             return None
-    frozen = simultaneous_freezes(stats, rows, cell, step_idx)
+    frozen = simultaneous_freezes(stats, rows, cell, step_idx, np.maximum(stats.fwd_excess[paused], 0.0))
     if frozen.any():
         # Several workers stopped at one moment for as long: one freeze outside the processes
         # (a collector pauses one process on its own schedule). Judge the rest without it.

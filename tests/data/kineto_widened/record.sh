@@ -3,8 +3,9 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout15 likewise. PART (tune,
-# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15) re-records only that part.
+# changes, and diagnosed once, at its end; heldout3 to heldout16 likewise. PART (tune,
+# heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15,
+# heldout16) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -266,3 +267,24 @@ rec heldout15 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1417 --gc-pau
 rec heldout15 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1418 --gc-pause
 rec heldout15 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1419 --stall-rank 3 --stall-ms 100
 rec heldout15 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1420 --stall-rank 2 --stall-ms 100
+# --- held out, sixteenth set (balanced; seeds 1501-1520; recorded with other builds' benchmarks running on the machine, before the fifteenth round's changes) ---
+rec heldout16 healthy-3x3           --dp 3 --pp 3 --steps 6 --seed 1501
+rec heldout16 healthy-4x2           --dp 4 --pp 2 --steps 6 --seed 1502
+rec heldout16 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1503
+rec heldout16 slow-rank-3x3         --dp 3 --pp 3 --steps 6 --seed 1504 --slow-rank 5 --slow-ms 12
+rec heldout16 slow-rank-last-4x2    --dp 4 --pp 2 --steps 6 --seed 1505 --slow-rank 7 --slow-ms 12
+rec heldout16 slow-rank-first-2x2   --dp 2 --pp 2 --steps 6 --seed 1506 --slow-rank 0 --slow-ms 15
+rec heldout16 slow-rank-2x4         --dp 2 --pp 4 --steps 6 --seed 1507 --slow-rank 3 --slow-ms 12
+rec heldout16 slow-rank-weak-3x2    --dp 3 --pp 2 --steps 6 --seed 1508 --slow-rank 1 --slow-ms 8
+rec heldout16 onset-3x2             --dp 3 --pp 2 --steps 8 --seed 1509 --slow-rank 4 --slow-ms 20 --slow-from-step 4
+rec heldout16 onset-2x4             --dp 2 --pp 4 --steps 8 --seed 1510 --slow-rank 5 --slow-ms 20 --slow-from-step 5
+rec heldout16 layers-3x2            --dp 3 --pp 2 --steps 6 --seed 1511 --layers-per-stage 1,2
+rec heldout16 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 1512 --layers-per-stage 2,1,1
+rec heldout16 send-delay-2x2        --dp 2 --pp 2 --steps 6 --seed 1513 --send-delay-rank 0 --send-delay-ms 20
+rec heldout16 send-delay-4x2        --dp 4 --pp 2 --steps 6 --seed 1514 --send-delay-rank 1 --send-delay-ms 20
+rec heldout16 var-seq-4x2           --dp 4 --pp 2 --steps 6 --seed 1515 --var-seq --seq 64
+rec heldout16 var-seq-3x3           --dp 3 --pp 3 --steps 6 --seed 1516 --var-seq --seq 64
+rec heldout16 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1517 --gc-pause
+rec heldout16 gc-pause-2x4          --dp 2 --pp 4 --steps 6 --seed 1518 --gc-pause
+rec heldout16 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1519 --stall-rank 1 --stall-ms 100
+rec heldout16 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1520 --stall-rank 5 --stall-ms 80
