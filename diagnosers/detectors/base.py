@@ -147,6 +147,23 @@ class Engine(Protocol):
     ) -> npt.NDArray[np.float64] | None: ...
 
 
+def cell_ids(
+    step_index: npt.NDArray[np.integer[Any]],
+    worker: npt.NDArray[np.integer[Any]],
+    per_step: int,
+    n_steps: int,
+) -> npt.NDArray[np.signedinteger[Any]]:
+    """Each row's (step, worker) cell ``step_index * per_step + worker`` (``worker`` below
+    ``per_step``, ``step_index`` below ``n_steps``): int32 when every cell id, below ``n_steps *
+    per_step``, fits one (half the memory of int64, which their readers first touch), else int64.
+    The same integers either way; readers that compute with a cell widen it first."""
+    if n_steps * per_step <= np.iinfo(np.int32).max:
+        out = np.multiply(step_index, per_step, dtype=np.int32, casting="unsafe")  # (each below 2^31)
+        out += worker
+        return out
+    return step_index * np.int64(per_step) + worker
+
+
 class Probe:
     """What-if runs over one trace: mean step time of any duration vector, and fix ratios.
 
@@ -543,10 +560,11 @@ class TraceStats:
         return self._op_worker
 
     @property
-    def op_cell(self) -> npt.NDArray[np.int64]:
-        """Per op: its (step, worker) cell ``(step_index * dp + dp_rank) * pp + pp_rank``, made once."""
+    def op_cell(self) -> npt.NDArray[np.signedinteger[Any]]:
+        """Per op: its (step, worker) cell ``(step_index * dp + dp_rank) * pp + pp_rank``, made once
+        (int32 where every cell id fits, ``cell_ids``)."""
         return self.cached(
-            "op_cell", lambda: self.op_step_index * (self.dp * self.pp) + self.op_worker
+            "op_cell", lambda: cell_ids(self.op_step_index, self.op_worker, self.dp * self.pp, self.n_steps)
         )
 
     @property

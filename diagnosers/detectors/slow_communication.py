@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -114,6 +114,9 @@ SEND_FLOOR_QUANTILE = 0.1
 # job by at least 5% by itself, whatever else slows it (in a job slowed 1.4x by host noise a 6%
 # link holds a seventh of the gap).
 CLEAR_ALONE = 1.05
+
+# per op: the id of its batched P2P call (``batch_ids``; -1 off P2P), int32 where the rows fit
+BatchIds = npt.NDArray[np.signedinteger[Any]]
 
 
 # Candidate groups made of collectives only (``candidate_groups``' names): their transfer times
@@ -183,7 +186,7 @@ class P2PRows:
     rows does, so the sums are the same to the bit."""
 
     rows: npt.NDArray[np.int64]
-    link: npt.NDArray[np.int64]
+    link: npt.NDArray[np.int32]
     cell: npt.NDArray[np.int32]
     excess: npt.NDArray[np.float64]
     ratio: npt.NDArray[np.float64]
@@ -198,7 +201,7 @@ def p2p_rows(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     base: npt.NDArray[np.float64],
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]],
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
 ) -> P2PRows:
     """The :class:`P2PRows` of ``transfer`` against its type baselines ``base`` (``type_baseline``)
     over the P2P rows and links of ``links`` (``p2p_links``)."""
@@ -215,7 +218,9 @@ def p2p_rows(
     on = link[rows]
     # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
     # other slots add the same rows in the same order as a bincount of the on-link rows alone
-    slot = on + 1
+    # (in numpy's index type, made once for the three bincounts)
+    slot = on.astype(np.intp)
+    slot += 1
 
     def per_link(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         return np.bincount(slot, weights=weights, minlength=n_workers + 1)[1:].astype(np.float64, copy=False)
@@ -239,8 +244,8 @@ def candidates(
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
     base: npt.NDArray[np.float64] | None = None,
-    batch: npt.NDArray[np.int64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    batch: BatchIds | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
@@ -262,8 +267,8 @@ def candidate_groups(
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
     base: npt.NDArray[np.float64] | None = None,
-    batch: npt.NDArray[np.int64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    batch: BatchIds | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[Group]:
     """:func:`candidates` with each op mask given as how to make it: the names and cells decide
@@ -397,16 +402,19 @@ def probe_candidates(stats: TraceStats, make: Callable[[], Candidates] | None = 
     return stats.shared(SHARED_CANDIDATES, make or (lambda: candidates(stats, probe.original)))
 
 
-def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]]:
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
-    Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
+    Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward.
+    The ids are int32, as the flat workers they are made from (``TraceStats.op_worker``)."""
     is_p2p = stats.of_types([FS, FR, BS, BR])
 
-    def make() -> npt.NDArray[np.int64]:
+    def make() -> npt.NDArray[np.int32]:
         below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
         link_stage = stats.op_pp - below
         ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-        return np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+        # d * pp + link_stage, below the worker's own id (int32)
+        out: npt.NDArray[np.int32] = np.where(ok, stats.op_worker - below, np.int32(-1))
+        return out
 
     # asked by the candidates, the send floors and the batch ids: made once, shared read-only
     return is_p2p, stats.cached("slow-communication p2p links", make)
@@ -417,7 +425,7 @@ def stands_out(
     transfer: npt.NDArray[np.float64],
     scored: Sequence[tuple[str, list[tuple[int, int]], object]],
     base: npt.NDArray[np.float64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[bool]:
     """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
@@ -599,8 +607,8 @@ def transient(
 
 
 def floor_normal(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], scored: Candidates,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, scored: Candidates,
 ) -> list[bool]:
     """Per candidate: whether it is a PP link whose send floor (``send_floors``) in each direction
     is under ``FAR_END`` times the median of its peer links' (the other DP ranks' links between the
@@ -658,7 +666,7 @@ class FloorCandidate:
 _DIRECTIONS = ((FS, FR, 0, "forward"), (BS, BR, 1, "backward"))
 
 
-def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def alone_in_call(batch: BatchIds) -> npt.NDArray[np.bool_]:
     """Per op: whether it is not part of a batched P2P call with other rows (``batch_ids``: -1, or
     an id no other row shares)."""
     # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
@@ -670,7 +678,7 @@ def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
 
 
 def send_floors(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
     alone: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.float64]:
     """(2, dp, pp - 1) per direction (0 forward, 1 backward) and PP link (DP rank d, stages s and
@@ -695,8 +703,8 @@ def send_floors(
 
 
 def lone_send_floors(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64],
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds,
 ) -> npt.NDArray[np.float64]:
     """``send_floors(stats, transfer, link, alone_in_call(batch))``. Of the shared arrays (the
     probe's transfer times, ``p2p_links`` and ``p2p_batch_ids``, which nobody changes) it is made
@@ -717,8 +725,8 @@ SHARED_SEND_FLOORS = "slow-communication send floors by lone sends"
 
 
 def floor_candidates(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], limit: int = MAX_PROBED,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, limit: int = MAX_PROBED,
 ) -> list[FloorCandidate]:
     """The link directions whose send floor (``send_floors``) is at least ``STANDOUT`` times the
     median of the same over the other DP ranks' links between the same two stages (at least one
@@ -759,8 +767,8 @@ def floor_candidates(
 
 
 def receiver_waits(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], cand: FloorCandidate,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, cand: FloorCandidate,
 ) -> bool:
     """Whether the receiving end of a send-floor candidate's direction waits for its transfers too:
     the ``SEND_FLOOR_QUANTILE`` order statistic of the link's lone receives of that direction (the
@@ -855,7 +863,7 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     return [max(r, float((x - probe.t_ideal) / gap)) for r, x in zip(rem, t[len(masks) :], strict=True)]
 
 
-def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     """Per op: an id shared by the P2P rows of one batched call (same worker, step and start time;
     a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere.
 
@@ -865,7 +873,9 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
     blocks' order splits no run and joins none, their cells differing), so the runs are numbered
     as they are stored, without the sort and its gathers: the same calls, other numbers."""
-    out = np.full(stats.n_ops, -1, dtype=np.int64)
+    # ids below the P2P row count: int32 where the rows' count fits one
+    kind: type[np.signedinteger[Any]] = np.int32 if stats.n_ops <= np.iinfo(np.int32).max else np.int64
+    out: BatchIds = np.full(stats.n_ops, -1, dtype=kind)
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
@@ -874,21 +884,27 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     if not _in_cell_blocks(cell, start):
         order = np.lexsort((start, cell))
         idx, cell, start = idx[order], cell[order], start[order]
-    new_group = np.r_[True, (cell[1:] != cell[:-1]) | (start[1:] != start[:-1])]
-    out[idx] = np.cumsum(new_group) - 1
+    # a new call where the cell or the start changes, numbered in one array of the ids' width
+    new_group = np.empty(len(idx), dtype=bool)
+    new_group[0] = True
+    np.not_equal(cell[1:], cell[:-1], out=new_group[1:])
+    new_group[1:] |= start[1:] != start[:-1]
+    ids: BatchIds = np.cumsum(new_group, dtype=kind)
+    ids -= 1
+    out[idx] = ids
     return out
 
 
 SHARED_BATCHES = "slow-communication P2P batch ids"
 
 
-def p2p_batch_ids(stats: TraceStats) -> npt.NDArray[np.int64]:
+def p2p_batch_ids(stats: TraceStats) -> BatchIds:
     """``batch_ids`` of the trace's P2P rows (``p2p_links``), made once per trace statistics and
     shared by the detector and the send-floor candidates (never change it)."""
     return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
-def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> bool:
+def _in_cell_blocks(cell: BatchIds, start: npt.NDArray[np.float64]) -> bool:
     """Whether the rows come in blocks of one cell each (every cell in one run of rows), each
     block's start times ascending (ties allowed): how traces store their (step, worker) blocks,
     each worker's ops in time order."""
@@ -902,14 +918,14 @@ def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64])
     return bool(np.all((start[1:] >= start[:-1]) | ~same))
 
 
-def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def with_batches(mask: npt.NDArray[np.bool_], batch: BatchIds) -> npt.NDArray[np.bool_]:
     """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
     when all its transfers have, so fixing one direction alone leaves the call as slow."""
     hit = unique(batch[mask & (batch >= 0)])
     return mask | _member(batch, hit) if hit.size else mask
 
 
-def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def _member(ids: BatchIds, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
     the id range (``np.isin`` sorts or hashes every row). The table has one slot more than the
     ids need, never set: the id -1 (no link, no batch) reads it as numpy's last element, so the
