@@ -173,23 +173,24 @@ def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
 
 @dataclass(frozen=True)
 class P2PRows:
-    """The point-to-point rows' per-row views that :func:`candidates` and :func:`stands_out` both
-    read, gathered once from the P2P rows instead of computed over every op and masked.
+    """The point-to-point rows' per-row views and sums that :func:`candidates` and
+    :func:`stands_out` both read, gathered once from the P2P rows instead of computed over every
+    op and masked.
 
     ``rows``: the op rows of P2P transfers, ascending; ``link``: their PP link id (``p2p_links``,
-    -1 for a transfer off the pipeline's links); ``cell``: their flat worker; ``excess``: transfer
-    time over the type baseline, clipped at 0; ``ratio``: transfer time over the type baseline
-    (floored at 1e-12 s); ``worker_ratio_sum`` / ``worker_n``: the ratios summed and counted per
-    flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the excess and the ratios
-    summed, and the rows counted, per link id (``dp * pp`` slots; rows off the links left out).
-    Every sum runs over the rows in ascending order, as a bincount over all ops masked to these
-    rows does, so the sums are the same to the bit."""
+    -1 for a transfer off the pipeline's links); ``ratio``: transfer time over the type baseline
+    (floored at 1e-12 s); ``worker_excess_sum``, ``worker_ratio_sum`` / ``worker_n``: the excess
+    (transfer time over the type baseline, clipped at 0) and the ratios summed, and the rows
+    counted, per flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the same per
+    link id (``dp * pp`` slots; rows off the links left out). Every sum runs over the rows in
+    ascending order, as a bincount over all ops masked to these rows does, so the sums are the
+    same to the bit. (The per-row excess and flat workers are summed and let go: kept, they were
+    14 MB at 1.9M ops on top of the detector's peak of live memory.)"""
 
     rows: npt.NDArray[np.int64]
     link: npt.NDArray[np.int32]
-    cell: npt.NDArray[np.int32]
-    excess: npt.NDArray[np.float64]
     ratio: npt.NDArray[np.float64]
+    worker_excess_sum: npt.NDArray[np.float64]
     worker_ratio_sum: npt.NDArray[np.float64]
     worker_n: npt.NDArray[np.int64]
     link_excess_sum: npt.NDArray[np.float64]
@@ -207,35 +208,41 @@ def p2p_rows(
     over the P2P rows and links of ``links`` (``p2p_links``)."""
     is_p2p, link = links
     rows = np.flatnonzero(is_p2p)
-    cell = stats.op_worker[rows]
+    n_workers = stats.dp * stats.pp
     t, b = transfer[rows], base[rows]
     # the same operations on fresh gathers, made in place: no row-sized temporaries beside them
     excess = np.subtract(t, b)
     np.clip(excess, 0.0, None, out=excess)
     ratio = np.divide(t, np.maximum(b, 1e-12, out=b), out=t)
     del t, b
-    n_workers = stats.dp * stats.pp
+    # the per-worker sums, then the per-link ones: each grouping's ids (in numpy's index type,
+    # made once for its bincounts: each bincount of a narrower id would convert it again) made
+    # and let go in turn, so that no more of them is alive at once than one needs
+    cell = stats.op_worker[rows].astype(np.intp)
+    worker_excess_sum = np.bincount(cell, weights=excess, minlength=n_workers)
+    worker_ratio_sum = np.bincount(cell, weights=ratio, minlength=n_workers)
+    worker_n = np.bincount(cell, minlength=n_workers)
+    del cell
     on = link[rows]
     # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
     # other slots add the same rows in the same order as a bincount of the on-link rows alone
-    # (in numpy's index type, made once for the three bincounts)
     slot = on.astype(np.intp)
     slot += 1
-
-    def per_link(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        return np.bincount(slot, weights=weights, minlength=n_workers + 1)[1:].astype(np.float64, copy=False)
-
+    link_excess_sum = np.bincount(slot, weights=excess, minlength=n_workers + 1)[1:]
+    del excess
+    link_ratio_sum = np.bincount(slot, weights=ratio, minlength=n_workers + 1)[1:]
+    link_n = np.bincount(slot, minlength=n_workers + 1)[1:]
+    del slot
     return P2PRows(
         rows=rows,
         link=on,
-        cell=cell,
-        excess=excess,
         ratio=ratio,
-        worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
-        worker_n=np.bincount(cell, minlength=n_workers),
-        link_excess_sum=per_link(excess),
-        link_ratio_sum=per_link(ratio),
-        link_n=np.bincount(slot, minlength=n_workers + 1)[1:],
+        worker_excess_sum=worker_excess_sum.astype(np.float64, copy=False),
+        worker_ratio_sum=worker_ratio_sum.astype(np.float64, copy=False),
+        worker_n=worker_n,
+        link_excess_sum=link_excess_sum.astype(np.float64, copy=False),
+        link_ratio_sum=link_ratio_sum.astype(np.float64, copy=False),
+        link_n=link_n,
     )
 
 
@@ -303,7 +310,7 @@ def candidate_groups(
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
-    p2p_sum = np.bincount(view.cell, weights=view.excess, minlength=dp * pp)
+    p2p_sum = view.worker_excess_sum
     p2p_n = view.worker_n
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
@@ -1011,6 +1018,9 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     links = p2p_links(stats)
     batch = p2p_batch_ids(stats)
     batched = batched_calls(stats)
+    # the send-floor candidates (shared, read below) made first: their temporaries then stand on
+    # top of less live memory than the P2P rows' views below, where the detector's peak was
+    floor_candidates_made = probe_floor_candidates(stats)
     base = type_baseline(stats, probe.original, is_comm)
     view = p2p_rows(stats, probe.original, base, links)
     # the candidates' names and cells first: their masks are made once the share test below
@@ -1032,7 +1042,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # But the receiver must wait in its own receives too (``receiver_waits``): sends long only on
     # the sender's side are the sender waiting for a late receiver, not the link.
     floors = [
-        c for c in probe_floor_candidates(stats)
+        c for c in floor_candidates_made
         if compute_normal(stats, [c.sender]) and receiver_waits(stats, probe.original, links[1], batch, c)
     ]
     floor_found = [

@@ -154,10 +154,12 @@ def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
     assert np.array_equal(v.rows, rows)
     assert np.array_equal(transfer, kept[0]) and np.array_equal(base, kept[1])
     assert np.array_equal(v.ratio, transfer[rows] / np.maximum(base[rows], 1e-12))
-    assert np.array_equal(v.excess, np.clip(transfer[rows] - base[rows], 0.0, None))
+    excess = np.clip(transfer[rows] - base[rows], 0.0, None)
     n = stats.dp * stats.pp
     on = v.link >= 0
-    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=v.excess[on], minlength=n))
+    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=excess[on], minlength=n))
+    worker = stats.op_worker[rows]
+    assert np.array_equal(v.worker_excess_sum, np.bincount(worker, weights=excess, minlength=n))
     assert np.array_equal(v.link_ratio_sum, np.bincount(v.link[on], weights=v.ratio[on], minlength=n))
     assert np.array_equal(v.link_n, np.bincount(v.link[on], minlength=n))
     assert v.link_n.sum() == on.sum() > 0
