@@ -678,7 +678,10 @@ def alone_in_call(batch: BatchIds) -> npt.NDArray[np.bool_]:
     an id no other row shares)."""
     # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
     # every row is then one lookup, without gathering the batched rows first
-    slot = batch + 1
+    # (in numpy's index type, made once: the bincount would convert a narrower id, and a lookup
+    # through one takes its slower path)
+    slot = batch.astype(np.intp)
+    slot += 1
     single = np.bincount(slot, minlength=1) == 1
     single[0] = True
     return single[slot]  # (a lookup of booleans: no row-sized array of counts)
