@@ -418,9 +418,10 @@ def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.
     def make() -> npt.NDArray[np.int32]:
         below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
         link_stage = stats.op_pp - below
-        ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-        # d * pp + link_stage, below the worker's own id (int32)
-        out: npt.NDArray[np.int32] = np.where(ok, stats.op_worker - below, np.int32(-1))
+        off = ~is_p2p | (link_stage < 0) | (link_stage >= stats.pp - 1)
+        # d * pp + link_stage, below the worker's own id (int32), -1 off the links (set in place)
+        out: npt.NDArray[np.int32] = stats.op_worker - below
+        out[off] = -1
         return out
 
     # asked by the candidates, the send floors and the batch ids: made once, shared read-only
@@ -914,15 +915,17 @@ def p2p_batch_ids(stats: TraceStats) -> BatchIds:
     return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
-def _in_cell_blocks(cell: BatchIds, start: npt.NDArray[np.float64]) -> bool:
+def _in_cell_blocks(cell: npt.NDArray[np.integer[Any]], start: npt.NDArray[np.float64]) -> bool:
     """Whether the rows come in blocks of one cell each (every cell in one run of rows), each
     block's start times ascending (ties allowed): how traces store their (step, worker) blocks,
     each worker's ops in time order."""
     if len(cell) < 2:
         return True
     same = cell[1:] == cell[:-1]
-    runs = len(cell) - int(np.count_nonzero(same))
-    if runs != np.count_nonzero(np.bincount(cell)):
+    # every cell in one run: as many runs as cells, i.e. the runs' cells all differ (counted over
+    # the runs' first rows, a few thousand, not over every row)
+    firsts = cell[np.r_[0, np.flatnonzero(~same) + 1]]
+    if len(unique(firsts)) != len(firsts):
         return False
     # (compared over every neighbour pair and masked as booleans: no copy of the start times)
     return bool(np.all((start[1:] >= start[:-1]) | ~same))
