@@ -560,6 +560,28 @@ def _equal_runs(group: npt.NDArray[np.int64]) -> int:
     return size if len(unique(heads)) == n_runs else 0
 
 
+def _partition_own(a: npt.NDArray[np.float64], kth: int, axis: int) -> npt.NDArray[np.float64]:
+    """``np.partition`` of an array the caller gives up: partitioned in place, no copy."""
+    a.partition(kth, axis=axis)
+    return a
+
+
+def _middle_mean(
+    partition: Callable[..., npt.NDArray[np.float64]], rows: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Per row of ``rows`` (m, size): the mean of its two middle values (its one middle value for
+    an odd size), the median a partition at both middle positions gives. One partition point
+    only, the upper middle: every value before it is no larger, so the lower middle is their
+    maximum, the same order statistic (NaNs, sorted last by both, reach the maximum exactly when
+    they reach the lower middle). ``partition``: ``np.partition`` (a copy) or ``_partition_own``."""
+    size = rows.shape[1]
+    lo, hi = (size - 1) // 2, size // 2
+    mid = partition(rows, hi, axis=1)
+    upper = mid[:, hi]
+    lower = mid[:, :hi].max(axis=1) if lo < hi else upper
+    return (lower + upper) / 2
+
+
 def _median_by(
     group: npt.NDArray[np.int64],
 ) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
@@ -577,9 +599,7 @@ def _median_by(
         # together): the runs are the matrix's rows as they lie, no grouping sort and no gathers
         def in_place(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             n = len(values) // runs
-            lo, hi = (runs - 1) // 2, runs // 2
-            mid = np.partition(values.reshape(n, runs), sorted({lo, hi}), axis=1)
-            return np.repeat((mid[:, lo] + mid[:, hi]) / 2, runs)
+            return np.repeat(_middle_mean(np.partition, values.reshape(n, runs)), runs)
 
         return in_place
     ids, inv = dense_ids(group)
@@ -591,12 +611,10 @@ def _median_by(
         # values a sort would put there.
         by_group = np.argsort(key, kind="stable")
         size = int(sizes[0])
-        lo, hi = (size - 1) // 2, size // 2
 
         def equal(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             mid = values[by_group].reshape(len(ids), size)  # a gather: partitioned in place
-            mid.partition(sorted({lo, hi}), axis=1)
-            return ((mid[:, lo] + mid[:, hi]) / 2)[inv]
+            return _middle_mean(_partition_own, mid)[inv]
 
         return equal
     starts = np.cumsum(sizes) - sizes
