@@ -74,6 +74,35 @@ def test_masked_runs_are_the_runs_of_their_vectors(interleaved: bool, shuffle: b
         assert np.array_equal(got, eng.simulate(np.stack(vectors)))
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_runs_of_few_changed_rows_are_the_runs_of_their_vectors(interleaved: bool, shuffle: bool) -> None:
+    """A scenario changing few rows of the original runs on the dense original with those cells
+    written (``WhatIfEngine._simulate_changed``): the step times of every row scattered, to the
+    bit, for one worker's compute scaled, single rows (NaN, -0.0 and 0.0 among them) and two
+    scenarios at once; past the bound the rows are scattered as before."""
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    original = eng.original  # made, as the probe makes it
+    assert eng.fills_every_cell
+    ops = trace.ops
+    worker = (ops.dp_rank == 1) & (ops.stage == 2) & (ops.optype == FWD_CODE)
+    slower = original.copy()
+    slower[worker] *= 1.7
+    odd = original.copy()
+    rng = np.random.default_rng(5)
+    at = rng.choice(len(odd), 6, replace=False)
+    odd[at] = [np.nan, -0.0, 0.0, 1e-9, odd[at[4]] * 3, 0.5]
+    cases = [slower[None], odd[None], np.stack([slower, odd]), original[None]]
+    for d in cases:
+        rows = eng._changed_rows(d)
+        assert rows is not None
+        assert np.array_equal(eng.simulate(d), eng._simulate_rows(d, None), equal_nan=True)
+    many = original * 1.01  # every row changed: the rows' scatter
+    assert eng._changed_rows(many[None]) is None
+    assert np.array_equal(eng.simulate(many), eng._simulate_rows(many[None], None))
+
+
 def test_of_types_is_isin() -> None:
     trace = _job(False, True)
     stats = compute_stats(trace, whatif.build_engine(trace))
