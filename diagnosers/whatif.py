@@ -291,18 +291,47 @@ class WhatIfEngine:
         """``(k, n_nodes, dp, n_steps)``: each row mask laid on the dense layout, a cell True when
         its row is masked (False where no row lies), as ``flat_index[mask]`` scattered would set it.
 
-        Each mask is scattered whole through the step-major index (the engine's own, which
-        ``Template.dense`` and ``gather`` use: each row has a cell of its own) and copied
-        transposed: no node-major index of the rows (15 MB of intp at 1.9M ops, kept once made)
-        is made for it, and the scatter writes rows stored in (step, worker) blocks in short runs."""
+        A mask of few rows (``FEW_ROWS`` of them at most: one worker's ops) sets its rows' cells
+        alone; with an op in every cell (``fills_every_cell``) a mask of all but few rows is the
+        complement of those few rows' cells. Any other mask is scattered whole through the
+        step-major index (the engine's own, which ``Template.dense`` and ``gather`` use: each row
+        has a cell of its own) and copied transposed. No node-major index of every row (15 MB of
+        intp at 1.9M ops, kept once made) is made for them."""
         t = self.template
         dp, ns = self.shape
-        use = np.empty((len(masks), t.n_nodes, dp, ns), dtype=bool)
-        by_step = np.zeros(ns * dp * t.n_nodes, dtype=bool)  # cells without a row stay False
+        use = np.zeros((len(masks), t.n_nodes, dp, ns), dtype=bool)
+        flat = use.reshape(len(masks), -1)
+        by_step: npt.NDArray[np.bool_] | None = None
         for i, m in enumerate(masks):
-            by_step[t.step_major_index] = np.asarray(m, dtype=bool)
-            use[i] = by_step.reshape(ns, dp, t.n_nodes).transpose(2, 1, 0)
+            m = np.asarray(m, dtype=bool)
+            few = self.FEW_ROWS * len(m)
+            n_set = int(np.count_nonzero(m))
+            if n_set <= few:
+                flat[i, self._cells_of(np.flatnonzero(m))] = True
+            elif self.fills_every_cell and len(m) - n_set <= few:
+                flat[i, self._cells_of(np.flatnonzero(~m))] = True
+                np.logical_not(flat[i], out=flat[i])
+            else:
+                if by_step is None:
+                    by_step = np.zeros(ns * dp * t.n_nodes, dtype=bool)  # cells without a row: False
+                by_step[t.step_major_index] = m
+                use[i] = by_step.reshape(ns, dp, t.n_nodes).transpose(2, 1, 0)
         return use
+
+    # the share of the rows a mask (or its complement) may hold for ``dense_masks`` to set its
+    # rows' cells one by one
+    FEW_ROWS = 1 / 16
+
+    def _cells_of(self, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """The flat positions of ``rows``' cells in a C-order dense array (``flat_index[rows]``),
+        computed for those rows only."""
+        t = self.template
+        pos = t.node_of_row[rows].astype(np.intp)
+        pos *= t.dp
+        pos += t.dp_of_row[rows]
+        pos *= len(self.steps)
+        pos += t.step_of_row[rows]
+        return pos
 
     def simulate_dense(
         self, durations: Callable[[int], Array | Patch] | Array, k: int, *, dp: int | None = None

@@ -62,11 +62,15 @@ def test_masked_runs_are_the_runs_of_their_vectors(interleaved: bool, shuffle: b
     rng = np.random.default_rng(11)
     masks = [rng.random(len(trace.ops)) < q for q in (0.05, 0.4)]
     masks.append(trace.ops.optype == FWD_CODE)
-    # the masks' dense layout: the masked rows' node-major positions scattered, every other cell False
-    plain = np.zeros((len(masks), t.n_nodes * t.dp * len(eng.steps)), dtype=bool)
-    for i, m in enumerate(masks):
+    # the masks' dense layout: the masked rows' node-major positions scattered, every other cell
+    # False; for a few rows, all but a few and none too (their own paths)
+    few = np.zeros(len(trace.ops), dtype=bool)
+    few[rng.choice(len(few), 5, replace=False)] = True
+    laid = [*masks, few, ~few, np.zeros_like(few), np.ones_like(few)]
+    plain = np.zeros((len(laid), t.n_nodes * t.dp * len(eng.steps)), dtype=bool)
+    for i, m in enumerate(laid):
         plain[i, t.flat_index[m]] = True
-    assert np.array_equal(eng.dense_masks(masks), plain.reshape(len(masks), t.n_nodes, t.dp, len(eng.steps)))
+    assert np.array_equal(eng.dense_masks(laid), plain.reshape(len(laid), t.n_nodes, t.dp, len(eng.steps)))
     for inside in (True, False):
         got = eng.simulate_masked(masks, ideal_inside=inside)
         vectors = [np.where(m, eng.ideal, eng.original) if inside else np.where(m, eng.original, eng.ideal)
