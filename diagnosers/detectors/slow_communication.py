@@ -201,7 +201,7 @@ class P2PRows:
 def p2p_rows(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    base: npt.NDArray[np.float64],
+    base: Baseline,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
 ) -> P2PRows:
     """The :class:`P2PRows` of ``transfer`` against its type baselines ``base`` (``type_baseline``)
@@ -250,7 +250,7 @@ def candidates(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
-    base: npt.NDArray[np.float64] | None = None,
+    base: Baseline | None = None,
     batch: BatchIds | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
@@ -273,7 +273,7 @@ def candidate_groups(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
-    base: npt.NDArray[np.float64] | None = None,
+    base: Baseline | None = None,
     batch: BatchIds | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
@@ -432,7 +432,7 @@ def stands_out(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     scored: Sequence[tuple[str, list[tuple[int, int]], object]],
-    base: npt.NDArray[np.float64] | None = None,
+    base: Baseline | None = None,
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[bool]:
@@ -588,7 +588,7 @@ def compute_normal(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
 def transient(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    base: npt.NDArray[np.float64],
+    base: Baseline,
     scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
 ) -> list[bool]:
     """Per candidate: whether its excess transfer time (transfer over the type's lower quartile,
@@ -950,10 +950,39 @@ def _member(ids: BatchIds, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool
     return table[ids]
 
 
+class PerType:
+    """Per op: its op type's value, ``table[optype]``, looked up only at the rows read
+    (``base[rows]``, ``base[mask]``: the same values as indexing the full-length array) instead of
+    made for every op: the detector reads its type baselines at communication rows only, and a
+    full-length copy (15 MB at 1.9M ops) stood under its peak of live memory."""
+
+    def __init__(self, table: npt.NDArray[np.float64], optype: npt.NDArray[np.integer[Any]]) -> None:
+        self.table = table
+        self.optype = optype
+
+    def __getitem__(self, index: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = self.table[self.optype[index]]
+        return out
+
+
+# per op: the type baselines (``type_baseline``), as an array or looked up where read (``PerType``)
+Baseline = npt.NDArray[np.float64] | PerType
+
+
 def type_baseline(
     stats: TraceStats, transfer: npt.NDArray[np.float64], is_comm: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.float64]:
-    """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere).
+    """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere),
+    ``type_baseline_table`` looked up for every op."""
+    table = type_baseline_table(stats, transfer, is_comm)
+    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+
+
+def type_baseline_table(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], is_comm: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Per op-type code: the lower quartile of the type's transfer times over the communication
+    rows (0 for other types); ``type_baseline`` looks it up per op.
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
     type, the method's median ideal is itself slow; the lower quartile is not. A quartile does not
@@ -969,7 +998,7 @@ def type_baseline(
         table = np.zeros(top, dtype=transfer.dtype)
         for kind, values in dense.items():
             table[kind] = percentile(values, 25)
-        return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+        return table
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
@@ -984,7 +1013,7 @@ def type_baseline(
     for code in np.flatnonzero(counts):
         table[code] = percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
     # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
-    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+    return table
 
 
 def batched_calls(stats: TraceStats) -> bool:
@@ -1027,7 +1056,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # the send-floor candidates (shared, read below) made first: their temporaries then stand on
     # top of less live memory than the P2P rows' views below, where the detector's peak was
     floor_candidates_made = probe_floor_candidates(stats)
-    base = type_baseline(stats, probe.original, is_comm)
+    base = PerType(type_baseline_table(stats, probe.original, is_comm), stats.optype)
     view = p2p_rows(stats, probe.original, base, links)
     # the candidates' names and cells first: their masks are made once the share test below
     # leaves the candidates something to decide

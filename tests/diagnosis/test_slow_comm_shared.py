@@ -162,3 +162,27 @@ def test_the_remedy_reuses_the_detectors_candidates(
     assert len(made) == 2
     assert own == shared
 
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_type_baselines_looked_up_where_read_are_the_full_length_ones(schedule: Schedule, vpp: int) -> None:
+    """``PerType`` (the detector's baselines) gives, at any rows or mask, what the full-length
+    ``type_baseline`` holds there; the P2P view, the candidates and the transient test read the
+    same values either way."""
+    from diagnosers.detectors.slow_communication import PerType, transient, type_baseline_table
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer, is_comm = stats.probe.original, comm_mask(stats)
+    full = type_baseline(stats, transfer, is_comm)
+    looked_up = PerType(type_baseline_table(stats, transfer, is_comm), stats.optype)
+    rows = np.flatnonzero(is_comm)
+    assert np.array_equal(looked_up[rows], full[rows]) and np.array_equal(looked_up[is_comm], full[is_comm])
+    assert np.array_equal(looked_up[np.arange(len(full))], full)
+    links = p2p_links(stats)
+    a, b = p2p_rows(stats, transfer, full, links), p2p_rows(stats, transfer, looked_up, links)
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    plain = candidates(stats, transfer, base=full)
+    kept = candidates(stats, transfer, base=looked_up)
+    assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in kept]
+    assert transient(stats, transfer, full, plain) == transient(stats, transfer, looked_up, plain)
