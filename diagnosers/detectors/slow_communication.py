@@ -135,23 +135,42 @@ def group_stands_out(stats: TraceStats, transfer: npt.NDArray[np.float64], name:
     """Whether a candidate group of collectives (``COLLECTIVE_GROUPS``) averages at least
     ``GROUP_STANDOUT`` times the median of its peer groups' mean transfer times: a stage's DP group
     against the other stages' DP groups, a replica's embedding group against the other replicas'.
-    False for any other candidate, or with no peer group."""
+    False for any other candidate, or with no peer group. The groups' means over the probe's
+    transfer times are made once per trace statistics (every stage's DP group asks the same)."""
     if name.startswith("dp group"):
-        mask, key, own = stats.of_types(DP_CODES.tolist()), stats.op_pp, cells[0][1]
+        by_stage, own = True, cells[0][1]
     elif name.startswith("embedding group"):
-        mask, key, own = stats.optype == EMB, stats.op_dp, cells[0][0]
+        by_stage, own = False, cells[0][0]
     else:
         return False
-    keys = key[mask]
-    if not keys.size:
+    probe = stats.probe
+    if probe is not None and transfer is probe.original:
+        means = stats.shared(("slow-communication group means", by_stage),
+                             lambda: _group_means(stats, transfer, by_stage))
+    else:
+        means = _group_means(stats, transfer, by_stage)
+    if not means:
         return False
-    sums = np.bincount(keys, weights=transfer[mask])
-    counts = np.bincount(keys)
-    means = {int(k): float(sums[k] / counts[k]) for k in np.flatnonzero(counts)}
     peers = [v for k, v in means.items() if k != own]
     if own not in means or not peers:
         return False
     return means[own] >= GROUP_STANDOUT * float(median(np.asarray(peers)))
+
+
+def _group_means(stats: TraceStats, transfer: npt.NDArray[np.float64], by_stage: bool) -> dict[int, float]:
+    """Per group of collectives present (``by_stage``: each stage's DP collectives, keyed by the
+    stage; else each replica's embedding collectives, keyed by its DP rank): their mean transfer
+    time."""
+    if by_stage:
+        mask, key = stats.of_types(DP_CODES.tolist()), stats.op_pp
+    else:
+        mask, key = stats.optype == EMB, stats.op_dp
+    keys = key[mask]
+    if not keys.size:
+        return {}
+    sums = np.bincount(keys, weights=transfer[mask])
+    counts = np.bincount(keys)
+    return {int(k): float(sums[k] / counts[k]) for k in np.flatnonzero(counts)}
 
 
 def collective_put_back(stats: TraceStats, probe: Probe) -> float:

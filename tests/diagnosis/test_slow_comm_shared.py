@@ -186,3 +186,22 @@ def test_type_baselines_looked_up_where_read_are_the_full_length_ones(schedule: 
     kept = candidates(stats, transfer, base=looked_up)
     assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in kept]
     assert transient(stats, transfer, full, plain) == transient(stats, transfer, looked_up, plain)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_group_means_made_once_are_each_calls_own(schedule: Schedule, vpp: int) -> None:
+    """``group_stands_out`` over the probe's transfer times (the groups' means shared) says what it
+    says over a copy of them (the means made by the call), for every stage's DP group, with one
+    stage's DP collectives made slow so that the test can say yes."""
+    from diagnosers.detectors.slow_communication import DP_CODES, group_stands_out
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    slow = transfer.copy()
+    slow[stats.of_types(DP_CODES.tolist()) & (stats.op_pp == 1)] *= 5.0
+    names = [(f"dp group of stage {s}", [(d, s) for d in range(stats.dp)]) for s in range(stats.pp)]
+    names.append(("embedding group of dp 0", [(0, 0), (0, stats.pp - 1)]))
+    said = [group_stands_out(stats, transfer, n, c) for n, c in names]
+    assert said == [group_stands_out(stats, transfer.copy(), n, c) for n, c in names]
+    assert [group_stands_out(stats, slow, n, c) for n, c in names][1]  # (a copy: its own means)
