@@ -119,15 +119,44 @@ class PlainModel:
 _STRING_OR_SMALL_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?)(\d(?:\.\d+)?)e-(\d+)')
 
 
+# In indented text (``indent`` not None) every value is on a line of its own: a number ends its
+# line (or its ``,`` does), a string never does (its closing quote follows it, and a line break
+# inside a string is written escaped). So a small float there is a negative exponent at the end of
+# a line, after a mantissa that starts the line or follows a space: found by searching for the
+# exponent, a literal, instead of scanning every string of the text.
+_EXPONENT_AT_LINE_END = re.compile(r"e-(\d+)(?=,?$)", re.MULTILINE)
+_MANTISSA = re.compile(r"(-?)(\d(?:\.\d+)?)")
+
+
 def _as_pydantic_float(m: re.Match[str]) -> str:
     """A number of the form ``[-]d[.ddd]e-XX`` as pydantic writes it: positional at exponent -5
     (``0.000025``), else without the exponent's leading zero (``1.5e-7``)."""
     if m.group(2) is None:
         return m.group(0)
-    sign, mantissa, exponent = m.group(1), m.group(2), int(m.group(3))
+    return _pydantic_small_float(m.group(1), m.group(2), int(m.group(3)))
+
+
+def _pydantic_small_float(sign: str, mantissa: str, exponent: int) -> str:
     if exponent == 5:
         return f"{sign}0.0000{mantissa.replace('.', '')}"
     return f"{sign}{mantissa}e-{exponent}"
+
+
+def _small_floats_of_lines(text: str) -> str:
+    """``_STRING_OR_SMALL_FLOAT.sub(_as_pydantic_float, text)`` for indented JSON text (see
+    ``_EXPONENT_AT_LINE_END``): the same numbers rewritten, the strings left as they are."""
+    parts: list[str] = []
+    last = 0
+    for m in _EXPONENT_AT_LINE_END.finditer(text):
+        at = m.start()
+        begin = max(text.rfind(" ", 0, at), text.rfind("\n", 0, at)) + 1
+        number = _MANTISSA.fullmatch(text, begin, at)
+        if number is None:
+            continue
+        parts += [text[last:begin], _pydantic_small_float(number.group(1), number.group(2), int(m.group(1)))]
+        last = m.end()
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def json_text(document: Any, indent: int | None = 2) -> str:
@@ -139,4 +168,6 @@ def json_text(document: Any, indent: int | None = 2) -> str:
     ``0.000025`` and ``1.5e-7``; those are rewritten outside strings."""
     separators = (",", ": ") if indent is not None else (",", ":")
     text = json.dumps(document, indent=indent, ensure_ascii=False, separators=separators)
+    if indent is not None:
+        return _small_floats_of_lines(text)
     return _STRING_OR_SMALL_FLOAT.sub(_as_pydantic_float, text)

@@ -189,6 +189,67 @@ class WhatIfEngine:
         n_ops = len(self.trace.ops)
         if d.ndim != 2 or d.shape[1] != n_ops:
             raise ValueError(f"durations must be (n_ops,) or (k, n_ops) with n_ops={n_ops}; got {d.shape}")
+        if launch_delay is None:
+            few = self._changed_rows(d)
+            if few is not None:
+                return self._simulate_changed(d, few)
+        return self._simulate_rows(d, launch_delay)
+
+    # at most this many scenarios, and this share of the rows changed, for ``_simulate_changed``
+    CHANGED_MAX_SCENARIOS = 4
+    CHANGED_MAX_SHARE = 1 / 16
+
+    def _changed_rows(self, d: npt.NDArray[np.float64]) -> npt.NDArray[np.intp] | None:
+        """The rows where some scenario of ``d`` (k, n_ops) differs from the original durations
+        (in its bits: NaN and -0.0 alike), when they are few (``CHANGED_MAX_SHARE`` of the rows,
+        ``CHANGED_MAX_SCENARIOS`` scenarios), the original is made already (the probe's) and every
+        cell of the dense layout holds one row; None otherwise."""
+        original = self._rows.get("original")
+        if (
+            original is None
+            or d.shape[0] > self.CHANGED_MAX_SCENARIOS
+            or not (d.flags.c_contiguous and original.flags.c_contiguous)
+            or not self.fills_every_cell
+        ):
+            return None
+        changed = (d.view(np.uint64) != original.view(np.uint64)[None]).any(axis=0)
+        rows = np.flatnonzero(changed)
+        return rows if len(rows) <= self.CHANGED_MAX_SHARE * len(original) else None
+
+    def _simulate_changed(
+        self, d: npt.NDArray[np.float64], rows: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.float64]:
+        """:meth:`simulate` of ``d`` (k, n_ops), equal to the original durations outside ``rows``
+        (``_changed_rows``): every node reads the dense original (whose cells are the original's
+        rows, bit for bit), the nodes of ``rows`` with those rows' cells written per scenario. The
+        same duration of every cell as the rows scattered (so the same step times), without a
+        row-sized scatter and transposed copy (a worker's compute at its peers' pace changes 640 of
+        1.9M rows: the marginal gain's run)."""
+        t = self.template
+        k = d.shape[0]
+        nodes = t.node_of_row[rows]
+        order = np.argsort(nodes, kind="stable")
+        rows, nodes = rows[order], nodes[order]
+        per_node: dict[int, npt.NDArray[np.intp]] = {}
+        if len(rows):
+            starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]]).tolist()
+            for a, b in zip(starts, [*starts[1:], len(rows)], strict=True):
+                per_node[int(nodes[a])] = rows[a:b]
+
+        def get(v: int) -> Array:
+            own = per_node.get(v)
+            if own is None:
+                return self.orig_dense[v][None]
+            out = np.repeat(self.orig_dense[v][None], k, axis=0)  # (k, dp, ns)
+            out[:, t.dp_of_row[own], t.step_of_row[own]] = d[:, own]
+            return out
+
+        return self.simulate_dense(get, k)
+
+    def _simulate_rows(
+        self, d: npt.NDArray[np.float64], launch_delay: npt.ArrayLike | None
+    ) -> npt.NDArray[np.float64]:
+        """:meth:`simulate` of ``d`` (k, n_ops): every row's value scattered to the dense layout."""
         k = d.shape[0]
         dp, ns = self.shape
         t = self.template
@@ -213,13 +274,8 @@ class WhatIfEngine:
         masked rows original and the others ideal. The same numbers as :meth:`simulate` of the
         ``np.where(mask, ideal, original)`` vectors, without making them: each mask is scattered
         to the dense layout as booleans and every node mixes its two values itself (nodes no
-        scenario touches keep their narrow shape)."""
-        t = self.template
-        dp, ns = self.shape
-        flat = np.zeros((len(masks), t.n_nodes * dp * ns), dtype=bool)
-        for i, m in enumerate(masks):
-            flat[i, t.flat_index[np.asarray(m, dtype=bool)]] = True
-        use = flat.reshape(len(masks), t.n_nodes, dp, ns)
+        scenario touches keep their narrow shape) (``dense_masks``)."""
+        use = self.dense_masks(masks)
         touched: npt.NDArray[np.bool_] = np.asarray(use.any(axis=(0, 2, 3)))
         ideal3 = self.ideal_node[:, None, None]
         inside, outside = (ideal3, self.orig_dense) if ideal_inside else (self.orig_dense, ideal3)
@@ -230,6 +286,52 @@ class WhatIfEngine:
             return np.where(use[:, v], inside[v][None], outside[v][None])
 
         return self.simulate_dense(get, len(masks))
+
+    def dense_masks(self, masks: Sequence[npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:
+        """``(k, n_nodes, dp, n_steps)``: each row mask laid on the dense layout, a cell True when
+        its row is masked (False where no row lies), as ``flat_index[mask]`` scattered would set it.
+
+        A mask of few rows (``FEW_ROWS`` of them at most: one worker's ops) sets its rows' cells
+        alone; with an op in every cell (``fills_every_cell``) a mask of all but few rows is the
+        complement of those few rows' cells. Any other mask is scattered whole through the
+        step-major index (the engine's own, which ``Template.dense`` and ``gather`` use: each row
+        has a cell of its own) and copied transposed. No node-major index of every row (15 MB of
+        intp at 1.9M ops, kept once made) is made for them."""
+        t = self.template
+        dp, ns = self.shape
+        use = np.zeros((len(masks), t.n_nodes, dp, ns), dtype=bool)
+        flat = use.reshape(len(masks), -1)
+        by_step: npt.NDArray[np.bool_] | None = None
+        for i, m in enumerate(masks):
+            m = np.asarray(m, dtype=bool)
+            few = self.FEW_ROWS * len(m)
+            n_set = int(np.count_nonzero(m))
+            if n_set <= few:
+                flat[i, self._cells_of(np.flatnonzero(m))] = True
+            elif self.fills_every_cell and len(m) - n_set <= few:
+                flat[i, self._cells_of(np.flatnonzero(~m))] = True
+                np.logical_not(flat[i], out=flat[i])
+            else:
+                if by_step is None:
+                    by_step = np.zeros(ns * dp * t.n_nodes, dtype=bool)  # cells without a row: False
+                by_step[t.step_major_index] = m
+                use[i] = by_step.reshape(ns, dp, t.n_nodes).transpose(2, 1, 0)
+        return use
+
+    # the share of the rows a mask (or its complement) may hold for ``dense_masks`` to set its
+    # rows' cells one by one
+    FEW_ROWS = 1 / 16
+
+    def _cells_of(self, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """The flat positions of ``rows``' cells in a C-order dense array (``flat_index[rows]``),
+        computed for those rows only."""
+        t = self.template
+        pos = t.node_of_row[rows].astype(np.intp)
+        pos *= t.dp
+        pos += t.dp_of_row[rows]
+        pos *= len(self.steps)
+        pos += t.step_of_row[rows]
+        return pos
 
     def simulate_dense(
         self, durations: Callable[[int], Array | Patch] | Array, k: int, *, dp: int | None = None

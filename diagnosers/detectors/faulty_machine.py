@@ -67,6 +67,7 @@ from diagnosers.detectors.peers import (
     level_shift,
     log_ratios,
     median_mad_deflation,
+    median_of_others,
     noise_correlation,
     noise_floor,
     partition_explains,
@@ -586,12 +587,17 @@ def fastest_ops(stats: TraceStats, affected: np.ndarray) -> np.ndarray:
 
 def leave_one_out_ratios(values: np.ndarray) -> np.ndarray:
     """(K, dp, pp) the log of every cell's value over the median of its own stage's other DP ranks'
-    (each cell left out of its own reference; ``values`` (K, dp, pp) positive, dp >= 2)."""
-    dp = values.shape[1]
-    out = np.empty_like(values)
-    for d in range(dp):
-        others = np.delete(values, d, axis=1)  # (K, dp - 1, pp)
-        out[:, d, :] = np.log(values[:, d, :] / median(others, axis=1))
+    (each cell left out of its own reference; ``values`` (K, dp, pp) positive, dp >= 2).
+
+    The medians of the others are read from each (k, stage)'s DP ranks sorted once
+    (``median_of_others``, the same values as ``median(np.delete(values, d, axis=1), axis=1)``)
+    instead of a copy and a partition per DP rank (128 of each at 1.9M ops)."""
+    k, dp, pp = values.shape
+    if dp < 2:
+        return np.full_like(values, np.nan)  # no other DP rank: no reference (a median of none)
+    by_stage = np.ascontiguousarray(values.transpose(0, 2, 1)).reshape(k * pp, dp)
+    others = median_of_others(by_stage).reshape(k, pp, dp).transpose(0, 2, 1)
+    out: np.ndarray = np.log(values / others)
     return out
 
 

@@ -31,7 +31,7 @@ differ by design and agree across ranks and steps, and rebalancing them evens ou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,14 +126,20 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     rows = np.flatnonzero(stats.of_types([FWD, BWD]) & (stats.op_mb >= 0) & (stats.transfer > 0))
     if not rows.size:
         return 0.0, 0.0
+    # the step index in int64, the base of every key made from these ids below (so the keys are
+    # int64 whatever the others' width); the DP rank, microbatch and column in the columns' own
+    # (int32) width: small ids, half the memory at the test's peak of live memory
     si = stats.op_step_index[rows].astype(np.int64, copy=False)
-    d = stats.op_dp[rows].astype(np.int64)
-    p = stats.op_pp[rows].astype(np.int64)
-    g = stats.op_gmc[rows].astype(np.int64) + 1
-    b = (stats.optype[rows] == BWD).astype(np.int64)
-    mb = stats.op_mb[rows].astype(np.int64)
+    d = stats.op_dp[rows]
+    mb = stats.op_mb[rows]
+    # each row's column (stage, chunk, pass), below (pp * chunks + chunks) * 2; its parts let go
+    # once it is made
+    p = stats.op_pp[rows]
+    g = stats.op_gmc[rows] + 1
+    b = stats.optype[rows] == BWD
     n_g = int(g.max()) + 1
     col = (p * n_g + g) * 2 + b
+    del p, g, b
     n_col = int(col.max()) + 1
     v = np.log(stats.transfer[rows])
     m = _normalised_grid(si, d, stats.dp, mb, col, v)
@@ -179,10 +185,10 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
 
 def _normalised_grid(
     si: npt.NDArray[np.int64],
-    d: npt.NDArray[np.int64],
+    d: npt.NDArray[np.integer[Any]],
     dp: int,
-    mb: npt.NDArray[np.int64],
-    col: npt.NDArray[np.int64],
+    mb: npt.NDArray[np.integer[Any]],
+    col: npt.NDArray[np.integer[Any]],
     v: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64] | None:
     """The coherence matrix of :func:`_coherence` with both medians taken out, when its rows fill

@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -115,6 +115,9 @@ SEND_FLOOR_QUANTILE = 0.1
 # link holds a seventh of the gap).
 CLEAR_ALONE = 1.05
 
+# per op: the id of its batched P2P call (``batch_ids``; -1 off P2P), int32 where the rows fit
+BatchIds = npt.NDArray[np.signedinteger[Any]]
+
 
 # Candidate groups made of collectives only (``candidate_groups``' names): their transfer times
 # count from the last member's arrival, so they hold no wait even with batched P2P calls ...
@@ -132,23 +135,42 @@ def group_stands_out(stats: TraceStats, transfer: npt.NDArray[np.float64], name:
     """Whether a candidate group of collectives (``COLLECTIVE_GROUPS``) averages at least
     ``GROUP_STANDOUT`` times the median of its peer groups' mean transfer times: a stage's DP group
     against the other stages' DP groups, a replica's embedding group against the other replicas'.
-    False for any other candidate, or with no peer group."""
+    False for any other candidate, or with no peer group. The groups' means over the probe's
+    transfer times are made once per trace statistics (every stage's DP group asks the same)."""
     if name.startswith("dp group"):
-        mask, key, own = stats.of_types(DP_CODES.tolist()), stats.op_pp, cells[0][1]
+        by_stage, own = True, cells[0][1]
     elif name.startswith("embedding group"):
-        mask, key, own = stats.optype == EMB, stats.op_dp, cells[0][0]
+        by_stage, own = False, cells[0][0]
     else:
         return False
-    keys = key[mask]
-    if not keys.size:
+    probe = stats.probe
+    if probe is not None and transfer is probe.original:
+        means = stats.shared(("slow-communication group means", by_stage),
+                             lambda: _group_means(stats, transfer, by_stage))
+    else:
+        means = _group_means(stats, transfer, by_stage)
+    if not means:
         return False
-    sums = np.bincount(keys, weights=transfer[mask])
-    counts = np.bincount(keys)
-    means = {int(k): float(sums[k] / counts[k]) for k in np.flatnonzero(counts)}
     peers = [v for k, v in means.items() if k != own]
     if own not in means or not peers:
         return False
     return means[own] >= GROUP_STANDOUT * float(median(np.asarray(peers)))
+
+
+def _group_means(stats: TraceStats, transfer: npt.NDArray[np.float64], by_stage: bool) -> dict[int, float]:
+    """Per group of collectives present (``by_stage``: each stage's DP collectives, keyed by the
+    stage; else each replica's embedding collectives, keyed by its DP rank): their mean transfer
+    time."""
+    if by_stage:
+        mask, key = stats.of_types(DP_CODES.tolist()), stats.op_pp
+    else:
+        mask, key = stats.optype == EMB, stats.op_dp
+    keys = key[mask]
+    if not keys.size:
+        return {}
+    sums = np.bincount(keys, weights=transfer[mask])
+    counts = np.bincount(keys)
+    return {int(k): float(sums[k] / counts[k]) for k in np.flatnonzero(counts)}
 
 
 def collective_put_back(stats: TraceStats, probe: Probe) -> float:
@@ -170,23 +192,24 @@ def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
 
 @dataclass(frozen=True)
 class P2PRows:
-    """The point-to-point rows' per-row views that :func:`candidates` and :func:`stands_out` both
-    read, gathered once from the P2P rows instead of computed over every op and masked.
+    """The point-to-point rows' per-row views and sums that :func:`candidates` and
+    :func:`stands_out` both read, gathered once from the P2P rows instead of computed over every
+    op and masked.
 
     ``rows``: the op rows of P2P transfers, ascending; ``link``: their PP link id (``p2p_links``,
-    -1 for a transfer off the pipeline's links); ``cell``: their flat worker; ``excess``: transfer
-    time over the type baseline, clipped at 0; ``ratio``: transfer time over the type baseline
-    (floored at 1e-12 s); ``worker_ratio_sum`` / ``worker_n``: the ratios summed and counted per
-    flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the excess and the ratios
-    summed, and the rows counted, per link id (``dp * pp`` slots; rows off the links left out).
-    Every sum runs over the rows in ascending order, as a bincount over all ops masked to these
-    rows does, so the sums are the same to the bit."""
+    -1 for a transfer off the pipeline's links); ``ratio``: transfer time over the type baseline
+    (floored at 1e-12 s); ``worker_excess_sum``, ``worker_ratio_sum`` / ``worker_n``: the excess
+    (transfer time over the type baseline, clipped at 0) and the ratios summed, and the rows
+    counted, per flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the same per
+    link id (``dp * pp`` slots; rows off the links left out). Every sum runs over the rows in
+    ascending order, as a bincount over all ops masked to these rows does, so the sums are the
+    same to the bit. (The per-row excess and flat workers are summed and let go: kept, they were
+    14 MB at 1.9M ops on top of the detector's peak of live memory.)"""
 
     rows: npt.NDArray[np.int64]
-    link: npt.NDArray[np.int64]
-    cell: npt.NDArray[np.int32]
-    excess: npt.NDArray[np.float64]
+    link: npt.NDArray[np.int32]
     ratio: npt.NDArray[np.float64]
+    worker_excess_sum: npt.NDArray[np.float64]
     worker_ratio_sum: npt.NDArray[np.float64]
     worker_n: npt.NDArray[np.int64]
     link_excess_sum: npt.NDArray[np.float64]
@@ -197,40 +220,48 @@ class P2PRows:
 def p2p_rows(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    base: npt.NDArray[np.float64],
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]],
+    base: Baseline,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
 ) -> P2PRows:
     """The :class:`P2PRows` of ``transfer`` against its type baselines ``base`` (``type_baseline``)
     over the P2P rows and links of ``links`` (``p2p_links``)."""
     is_p2p, link = links
     rows = np.flatnonzero(is_p2p)
-    cell = stats.op_worker[rows]
+    n_workers = stats.dp * stats.pp
     t, b = transfer[rows], base[rows]
     # the same operations on fresh gathers, made in place: no row-sized temporaries beside them
     excess = np.subtract(t, b)
     np.clip(excess, 0.0, None, out=excess)
     ratio = np.divide(t, np.maximum(b, 1e-12, out=b), out=t)
     del t, b
-    n_workers = stats.dp * stats.pp
+    # the per-worker sums, then the per-link ones: each grouping's ids (in numpy's index type,
+    # made once for its bincounts: each bincount of a narrower id would convert it again) made
+    # and let go in turn, so that no more of them is alive at once than one needs
+    cell = stats.op_worker[rows].astype(np.intp)
+    worker_excess_sum = np.bincount(cell, weights=excess, minlength=n_workers)
+    worker_ratio_sum = np.bincount(cell, weights=ratio, minlength=n_workers)
+    worker_n = np.bincount(cell, minlength=n_workers)
+    del cell
     on = link[rows]
     # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
     # other slots add the same rows in the same order as a bincount of the on-link rows alone
-    slot = on + 1
-
-    def per_link(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        return np.bincount(slot, weights=weights, minlength=n_workers + 1)[1:].astype(np.float64, copy=False)
-
+    slot = on.astype(np.intp)
+    slot += 1
+    link_excess_sum = np.bincount(slot, weights=excess, minlength=n_workers + 1)[1:]
+    del excess
+    link_ratio_sum = np.bincount(slot, weights=ratio, minlength=n_workers + 1)[1:]
+    link_n = np.bincount(slot, minlength=n_workers + 1)[1:]
+    del slot
     return P2PRows(
         rows=rows,
         link=on,
-        cell=cell,
-        excess=excess,
         ratio=ratio,
-        worker_ratio_sum=np.bincount(cell, weights=ratio, minlength=n_workers).astype(np.float64, copy=False),
-        worker_n=np.bincount(cell, minlength=n_workers),
-        link_excess_sum=per_link(excess),
-        link_ratio_sum=per_link(ratio),
-        link_n=np.bincount(slot, minlength=n_workers + 1)[1:],
+        worker_excess_sum=worker_excess_sum.astype(np.float64, copy=False),
+        worker_ratio_sum=worker_ratio_sum.astype(np.float64, copy=False),
+        worker_n=worker_n,
+        link_excess_sum=link_excess_sum.astype(np.float64, copy=False),
+        link_ratio_sum=link_ratio_sum.astype(np.float64, copy=False),
+        link_n=link_n,
     )
 
 
@@ -238,9 +269,9 @@ def candidates(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
-    base: npt.NDArray[np.float64] | None = None,
-    batch: npt.NDArray[np.int64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    base: Baseline | None = None,
+    batch: BatchIds | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]]:
     """The ``limit`` candidate groups with the most excess transfer time, as (name, cells, op mask).
@@ -261,9 +292,9 @@ def candidate_groups(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     limit: int = MAX_PROBED,
-    base: npt.NDArray[np.float64] | None = None,
-    batch: npt.NDArray[np.int64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    base: Baseline | None = None,
+    batch: BatchIds | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[Group]:
     """:func:`candidates` with each op mask given as how to make it: the names and cells decide
@@ -298,7 +329,7 @@ def candidate_groups(
     # A worker's or a host's NIC: its point-to-point transfers are slow (a collective's transfer is
     # as slow for every member, so only P2P can single a machine out). Candidates need their mean
     # P2P excess per op at least twice the typical worker's.
-    p2p_sum = np.bincount(view.cell, weights=view.excess, minlength=dp * pp)
+    p2p_sum = view.worker_excess_sum
     p2p_n = view.worker_n
     # Slowness as a ratio: each P2P transfer over its type's lower quartile (``transfer`` holds the
     # transfer times), averaged per worker. "Elevated" = at least twice the typical transfer.
@@ -397,16 +428,20 @@ def probe_candidates(stats: TraceStats, make: Callable[[], Candidates] | None = 
     return stats.shared(SHARED_CANDIDATES, make or (lambda: candidates(stats, probe.original)))
 
 
-def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+def p2p_links(stats: TraceStats) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]]:
     """(per op: is a P2P transfer, per op: its PP link id ``dp_rank * pp + lower stage`` or -1).
-    Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward."""
+    Sends of stage s and receives of stage s+1 are the forward direction, the reverse backward.
+    The ids are int32, as the flat workers they are made from (``TraceStats.op_worker``)."""
     is_p2p = stats.of_types([FS, FR, BS, BR])
 
-    def make() -> npt.NDArray[np.int64]:
+    def make() -> npt.NDArray[np.int32]:
         below = ~stats.of_types([FS, BR])  # the link to the stage below (in int32, off shared views)
         link_stage = stats.op_pp - below
-        ok = is_p2p & (link_stage >= 0) & (link_stage < stats.pp - 1)
-        return np.where(ok, stats.op_worker - below, np.int64(-1))  # d * pp + link_stage
+        off = ~is_p2p | (link_stage < 0) | (link_stage >= stats.pp - 1)
+        # d * pp + link_stage, below the worker's own id (int32), -1 off the links (set in place)
+        out: npt.NDArray[np.int32] = stats.op_worker - below
+        out[off] = -1
+        return out
 
     # asked by the candidates, the send floors and the batch ids: made once, shared read-only
     return is_p2p, stats.cached("slow-communication p2p links", make)
@@ -416,8 +451,8 @@ def stands_out(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
     scored: Sequence[tuple[str, list[tuple[int, int]], object]],
-    base: npt.NDArray[np.float64] | None = None,
-    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None = None,
+    base: Baseline | None = None,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]] | None = None,
     view: P2PRows | None = None,
 ) -> list[bool]:
     """Per candidate: whether its own transfers stand out of its peers' (see the module doc).
@@ -572,7 +607,7 @@ def compute_normal(stats: TraceStats, cells: list[tuple[int, int]]) -> bool:
 def transient(
     stats: TraceStats,
     transfer: npt.NDArray[np.float64],
-    base: npt.NDArray[np.float64],
+    base: Baseline,
     scored: list[tuple[str, list[tuple[int, int]], npt.NDArray[np.bool_]]],
 ) -> list[bool]:
     """Per candidate: whether its excess transfer time (transfer over the type's lower quartile,
@@ -599,8 +634,8 @@ def transient(
 
 
 def floor_normal(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], scored: Candidates,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, scored: Candidates,
 ) -> list[bool]:
     """Per candidate: whether it is a PP link whose send floor (``send_floors``) in each direction
     is under ``FAR_END`` times the median of its peer links' (the other DP ranks' links between the
@@ -658,19 +693,22 @@ class FloorCandidate:
 _DIRECTIONS = ((FS, FR, 0, "forward"), (BS, BR, 1, "backward"))
 
 
-def alone_in_call(batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def alone_in_call(batch: BatchIds) -> npt.NDArray[np.bool_]:
     """Per op: whether it is not part of a batched P2P call with other rows (``batch_ids``: -1, or
     an id no other row shares)."""
     # one count per id, shifted by one so that -1 (no batch) has a slot of its own, set to 1:
     # every row is then one lookup, without gathering the batched rows first
-    slot = batch + 1
+    # (in numpy's index type, made once: the bincount would convert a narrower id, and a lookup
+    # through one takes its slower path)
+    slot = batch.astype(np.intp)
+    slot += 1
     single = np.bincount(slot, minlength=1) == 1
     single[0] = True
     return single[slot]  # (a lookup of booleans: no row-sized array of counts)
 
 
 def send_floors(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
     alone: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.float64]:
     """(2, dp, pp - 1) per direction (0 forward, 1 backward) and PP link (DP rank d, stages s and
@@ -695,8 +733,8 @@ def send_floors(
 
 
 def lone_send_floors(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64],
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds,
 ) -> npt.NDArray[np.float64]:
     """``send_floors(stats, transfer, link, alone_in_call(batch))``. Of the shared arrays (the
     probe's transfer times, ``p2p_links`` and ``p2p_batch_ids``, which nobody changes) it is made
@@ -717,8 +755,8 @@ SHARED_SEND_FLOORS = "slow-communication send floors by lone sends"
 
 
 def floor_candidates(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], limit: int = MAX_PROBED,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, limit: int = MAX_PROBED,
 ) -> list[FloorCandidate]:
     """The link directions whose send floor (``send_floors``) is at least ``STANDOUT`` times the
     median of the same over the other DP ranks' links between the same two stages (at least one
@@ -759,8 +797,8 @@ def floor_candidates(
 
 
 def receiver_waits(
-    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int64],
-    batch: npt.NDArray[np.int64], cand: FloorCandidate,
+    stats: TraceStats, transfer: npt.NDArray[np.float64], link: npt.NDArray[np.int32],
+    batch: BatchIds, cand: FloorCandidate,
 ) -> bool:
     """Whether the receiving end of a send-floor candidate's direction waits for its transfers too:
     the ``SEND_FLOOR_QUANTILE`` order statistic of the link's lone receives of that direction (the
@@ -855,7 +893,7 @@ def both_views(probe: Probe, masks: list[npt.NDArray[np.bool_]], batched: bool =
     return [max(r, float((x - probe.t_ideal) / gap)) for r, x in zip(rem, t[len(masks) :], strict=True)]
 
 
-def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     """Per op: an id shared by the P2P rows of one batched call (same worker, step and start time;
     a batched send/recv is recorded as directional rows with identical timing), -1 elsewhere.
 
@@ -865,7 +903,9 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
     blocks' order splits no run and joins none, their cells differing), so the runs are numbered
     as they are stored, without the sort and its gathers: the same calls, other numbers."""
-    out = np.full(stats.n_ops, -1, dtype=np.int64)
+    # ids below the P2P row count: int32 where the rows' count fits one
+    kind: type[np.signedinteger[Any]] = np.int32 if stats.n_ops <= np.iinfo(np.int32).max else np.int64
+    out: BatchIds = np.full(stats.n_ops, -1, dtype=kind)
     if stats.op_start is None or not is_p2p.any():
         return out
     idx = np.flatnonzero(is_p2p)
@@ -874,42 +914,50 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> npt.NDArray[n
     if not _in_cell_blocks(cell, start):
         order = np.lexsort((start, cell))
         idx, cell, start = idx[order], cell[order], start[order]
-    new_group = np.r_[True, (cell[1:] != cell[:-1]) | (start[1:] != start[:-1])]
-    out[idx] = np.cumsum(new_group) - 1
+    # a new call where the cell or the start changes, numbered in one array of the ids' width
+    new_group = np.empty(len(idx), dtype=bool)
+    new_group[0] = True
+    np.not_equal(cell[1:], cell[:-1], out=new_group[1:])
+    new_group[1:] |= start[1:] != start[:-1]
+    ids: BatchIds = np.cumsum(new_group, dtype=kind)
+    ids -= 1
+    out[idx] = ids
     return out
 
 
 SHARED_BATCHES = "slow-communication P2P batch ids"
 
 
-def p2p_batch_ids(stats: TraceStats) -> npt.NDArray[np.int64]:
+def p2p_batch_ids(stats: TraceStats) -> BatchIds:
     """``batch_ids`` of the trace's P2P rows (``p2p_links``), made once per trace statistics and
     shared by the detector and the send-floor candidates (never change it)."""
     return stats.shared(SHARED_BATCHES, lambda: batch_ids(stats, p2p_links(stats)[0]))
 
 
-def _in_cell_blocks(cell: npt.NDArray[np.int64], start: npt.NDArray[np.float64]) -> bool:
+def _in_cell_blocks(cell: npt.NDArray[np.integer[Any]], start: npt.NDArray[np.float64]) -> bool:
     """Whether the rows come in blocks of one cell each (every cell in one run of rows), each
     block's start times ascending (ties allowed): how traces store their (step, worker) blocks,
     each worker's ops in time order."""
     if len(cell) < 2:
         return True
     same = cell[1:] == cell[:-1]
-    runs = len(cell) - int(np.count_nonzero(same))
-    if runs != np.count_nonzero(np.bincount(cell)):
+    # every cell in one run: as many runs as cells, i.e. the runs' cells all differ (counted over
+    # the runs' first rows, a few thousand, not over every row)
+    firsts = cell[np.r_[0, np.flatnonzero(~same) + 1]]
+    if len(unique(firsts)) != len(firsts):
         return False
     # (compared over every neighbour pair and masked as booleans: no copy of the start times)
     return bool(np.all((start[1:] >= start[:-1]) | ~same))
 
 
-def with_batches(mask: npt.NDArray[np.bool_], batch: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def with_batches(mask: npt.NDArray[np.bool_], batch: BatchIds) -> npt.NDArray[np.bool_]:
     """``mask`` plus every row of a batched P2P call one of its rows is in: a batched call completes
     when all its transfers have, so fixing one direction alone leaves the call as slow."""
     hit = unique(batch[mask & (batch >= 0)])
     return mask | _member(batch, hit) if hit.size else mask
 
 
-def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def _member(ids: BatchIds, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     """``(ids >= 0) & np.isin(ids, wanted)`` for non-negative ``wanted``, by a lookup table over
     the id range (``np.isin`` sorts or hashes every row). The table has one slot more than the
     ids need, never set: the id -1 (no link, no batch) reads it as numpy's last element, so the
@@ -921,10 +969,39 @@ def _member(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.ND
     return table[ids]
 
 
+class PerType:
+    """Per op: its op type's value, ``table[optype]``, looked up only at the rows read
+    (``base[rows]``, ``base[mask]``: the same values as indexing the full-length array) instead of
+    made for every op: the detector reads its type baselines at communication rows only, and a
+    full-length copy (15 MB at 1.9M ops) stood under its peak of live memory."""
+
+    def __init__(self, table: npt.NDArray[np.float64], optype: npt.NDArray[np.integer[Any]]) -> None:
+        self.table = table
+        self.optype = optype
+
+    def __getitem__(self, index: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = self.table[self.optype[index]]
+        return out
+
+
+# per op: the type baselines (``type_baseline``), as an array or looked up where read (``PerType``)
+Baseline = npt.NDArray[np.float64] | PerType
+
+
 def type_baseline(
     stats: TraceStats, transfer: npt.NDArray[np.float64], is_comm: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.float64]:
-    """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere).
+    """Per communication op: the lower quartile of its op type's transfer times (0 elsewhere),
+    ``type_baseline_table`` looked up for every op."""
+    table = type_baseline_table(stats, transfer, is_comm)
+    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+
+
+def type_baseline_table(
+    stats: TraceStats, transfer: npt.NDArray[np.float64], is_comm: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Per op-type code: the lower quartile of the type's transfer times over the communication
+    rows (0 for other types); ``type_baseline`` looks it up per op.
 
     Localisation needs a clean baseline: when a slow host or link carries half the transfers of a
     type, the method's median ideal is itself slow; the lower quartile is not. A quartile does not
@@ -940,7 +1017,7 @@ def type_baseline(
         table = np.zeros(top, dtype=transfer.dtype)
         for kind, values in dense.items():
             table[kind] = percentile(values, 25)
-        return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+        return table
     # Every row of a communication type is a communication row: search only those.
     rows = np.flatnonzero(is_comm)
     codes = stats.optype[rows]
@@ -955,7 +1032,7 @@ def type_baseline(
     for code in np.flatnonzero(counts):
         table[code] = percentile(by_type[starts[code] : starts[code] + counts[code]], 25)
     # (op-type codes index the vocabulary, 0 and up: readers code op names through it)
-    return table[stats.optype] if len(transfer) else np.zeros_like(transfer)
+    return table
 
 
 def batched_calls(stats: TraceStats) -> bool:
@@ -995,7 +1072,10 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     links = p2p_links(stats)
     batch = p2p_batch_ids(stats)
     batched = batched_calls(stats)
-    base = type_baseline(stats, probe.original, is_comm)
+    # the send-floor candidates (shared, read below) made first: their temporaries then stand on
+    # top of less live memory than the P2P rows' views below, where the detector's peak was
+    floor_candidates_made = probe_floor_candidates(stats)
+    base = PerType(type_baseline_table(stats, probe.original, is_comm), stats.optype)
     view = p2p_rows(stats, probe.original, base, links)
     # the candidates' names and cells first: their masks are made once the share test below
     # leaves the candidates something to decide
@@ -1016,7 +1096,7 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     # But the receiver must wait in its own receives too (``receiver_waits``): sends long only on
     # the sender's side are the sender waiting for a late receiver, not the link.
     floors = [
-        c for c in probe_floor_candidates(stats)
+        c for c in floor_candidates_made
         if compute_normal(stats, [c.sender]) and receiver_waits(stats, probe.original, links[1], batch, c)
     ]
     floor_found = [

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from diagnosers.detectors.base import Deferred, Engine, Probe, TraceStats
+from diagnosers.detectors.base import Deferred, Engine, Probe, TraceStats, cell_ids
 from diagnosers.model import OPTYPE_CODE, Trace
 from diagnosers.npplain import median, unique
 from diagnosers.readers.normalize import dense_ids, reduce_into
@@ -37,10 +37,10 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     steps, si = _step_index(ops.step)
     n_s = len(steps)
     # each row's flat worker d * pp + p (int32, as TraceStats.worker_mask wants it) and its
-    # (step, worker) cell (step_index * dp + d) * pp + p
+    # (step, worker) cell (step_index * dp + d) * pp + p (int32 where the cells fit, ``cell_ids``)
     # (in the columns' own int32, no copy of them first)
     worker = (ops.dp_rank * np.int32(pp) + ops.stage).astype(np.int32, copy=False)
-    cell = si * (dp * pp) + worker
+    cell = cell_ids(si, worker, dp * pp, n_s)
     size = n_s * dp * pp
 
     rank_of = _rank_of(worker, ops.rank, dp, pp)
@@ -201,7 +201,7 @@ def _launch_idle(
     optype: npt.NDArray[np.int16],
     start: npt.NDArray[np.float64],
     dur: npt.NDArray[np.float64],
-    cell: npt.NDArray[np.int64],
+    cell: npt.NDArray[np.signedinteger[Any]],
     si: npt.NDArray[np.int64],
     step_start: npt.NDArray[np.float64],
     size: int,
@@ -265,7 +265,7 @@ def _forward_backward(
     trace: Trace,
     si: npt.NDArray[np.int64],
     *,
-    cell: npt.NDArray[np.int64] | None = None,
+    cell: npt.NDArray[np.signedinteger[Any]] | None = None,
     fwd_rows: npt.NDArray[np.intp] | None = None,
     bwd_rows: npt.NDArray[np.intp] | None = None,
     op_mb: npt.NDArray[np.int32] | None = None,
@@ -327,7 +327,7 @@ def _forward_backward(
     # (each per-pair array below is made in one fresh array and updated in place: the same
     # operations, in the same order, on the same values as the expressions they replace, and
     # a product's operands commute in IEEE arithmetic)
-    wgroup = cell[fi]  # cell * gmax + gmc + 1 (int64, a gather: a fresh array)
+    wgroup = cell[fi].astype(np.int64, copy=False)  # cell * gmax + gmc + 1 (int64, a fresh array)
     wgroup *= gmax
     wgroup += ops.gmc[fi]
     wgroup += 1
@@ -434,7 +434,7 @@ def _pair_durations(ops: Any, fi: npt.NDArray[np.int64], bi: npt.NDArray[np.intp
 def _pairing_keys(
     ops: Any,
     si: npt.NDArray[np.int64],
-    cell: npt.NDArray[np.int64],
+    cell: npt.NDArray[np.signedinteger[Any]],
     fi: npt.NDArray[np.intp],
     bi: npt.NDArray[np.intp],
     microbatch: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.integer[Any]]],
@@ -462,8 +462,8 @@ def _pairing_keys(
              for x, lo, top in ((stage_f, 0, pp), (stage_b, 0, pp), (g_f, -1, gmax - 1), (g_b, -1, gmax - 1)))
     if not ok:
         space = len(ops) and int(si.max(initial=0) + 1) * dp * pp * gmax * n_mb
-        kf = (cell[fi] * gmax + (g_f.astype(np.int64) + 1)) * n_mb + microbatch(fi)
-        kb = (cell[bi] * gmax + (g_b.astype(np.int64) + 1)) * n_mb + microbatch(bi)
+        kf = (cell[fi].astype(np.int64) * gmax + (g_f.astype(np.int64) + 1)) * n_mb + microbatch(fi)
+        kb = (cell[bi].astype(np.int64) * gmax + (g_b.astype(np.int64) + 1)) * n_mb + microbatch(bi)
         return kf, kb, int(space)
     # In range, each (stage, chunk) pair ``stage * gmax + gmc + 1`` lies in [0, pp * gmax) and
     # each key below ``space``: every step below is integer arithmetic on int64 arrays updated in
@@ -560,6 +560,28 @@ def _equal_runs(group: npt.NDArray[np.int64]) -> int:
     return size if len(unique(heads)) == n_runs else 0
 
 
+def _partition_own(a: npt.NDArray[np.float64], kth: int, axis: int) -> npt.NDArray[np.float64]:
+    """``np.partition`` of an array the caller gives up: partitioned in place, no copy."""
+    a.partition(kth, axis=axis)
+    return a
+
+
+def _middle_mean(
+    partition: Callable[..., npt.NDArray[np.float64]], rows: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Per row of ``rows`` (m, size): the mean of its two middle values (its one middle value for
+    an odd size), the median a partition at both middle positions gives. One partition point
+    only, the upper middle: every value before it is no larger, so the lower middle is their
+    maximum, the same order statistic (NaNs, sorted last by both, reach the maximum exactly when
+    they reach the lower middle). ``partition``: ``np.partition`` (a copy) or ``_partition_own``."""
+    size = rows.shape[1]
+    lo, hi = (size - 1) // 2, size // 2
+    mid = partition(rows, hi, axis=1)
+    upper = mid[:, hi]
+    lower = mid[:, :hi].max(axis=1) if lo < hi else upper
+    return (lower + upper) / 2
+
+
 def _median_by(
     group: npt.NDArray[np.int64],
 ) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
@@ -577,9 +599,7 @@ def _median_by(
         # together): the runs are the matrix's rows as they lie, no grouping sort and no gathers
         def in_place(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             n = len(values) // runs
-            lo, hi = (runs - 1) // 2, runs // 2
-            mid = np.partition(values.reshape(n, runs), sorted({lo, hi}), axis=1)
-            return np.repeat((mid[:, lo] + mid[:, hi]) / 2, runs)
+            return np.repeat(_middle_mean(np.partition, values.reshape(n, runs)), runs)
 
         return in_place
     ids, inv = dense_ids(group)
@@ -591,12 +611,10 @@ def _median_by(
         # values a sort would put there.
         by_group = np.argsort(key, kind="stable")
         size = int(sizes[0])
-        lo, hi = (size - 1) // 2, size // 2
 
         def equal(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             mid = values[by_group].reshape(len(ids), size)  # a gather: partitioned in place
-            mid.partition(sorted({lo, hi}), axis=1)
-            return ((mid[:, lo] + mid[:, hi]) / 2)[inv]
+            return _middle_mean(_partition_own, mid)[inv]
 
         return equal
     starts = np.cumsum(sizes) - sizes

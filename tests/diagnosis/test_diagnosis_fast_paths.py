@@ -62,11 +62,49 @@ def test_masked_runs_are_the_runs_of_their_vectors(interleaved: bool, shuffle: b
     rng = np.random.default_rng(11)
     masks = [rng.random(len(trace.ops)) < q for q in (0.05, 0.4)]
     masks.append(trace.ops.optype == FWD_CODE)
+    # the masks' dense layout: the masked rows' node-major positions scattered, every other cell
+    # False; for a few rows, all but a few and none too (their own paths)
+    few = np.zeros(len(trace.ops), dtype=bool)
+    few[rng.choice(len(few), 5, replace=False)] = True
+    laid = [*masks, few, ~few, np.zeros_like(few), np.ones_like(few)]
+    plain = np.zeros((len(laid), t.n_nodes * t.dp * len(eng.steps)), dtype=bool)
+    for i, m in enumerate(laid):
+        plain[i, t.flat_index[m]] = True
+    assert np.array_equal(eng.dense_masks(laid), plain.reshape(len(laid), t.n_nodes, t.dp, len(eng.steps)))
     for inside in (True, False):
         got = eng.simulate_masked(masks, ideal_inside=inside)
         vectors = [np.where(m, eng.ideal, eng.original) if inside else np.where(m, eng.original, eng.ideal)
                    for m in masks]
         assert np.array_equal(got, eng.simulate(np.stack(vectors)))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_runs_of_few_changed_rows_are_the_runs_of_their_vectors(interleaved: bool, shuffle: bool) -> None:
+    """A scenario changing few rows of the original runs on the dense original with those cells
+    written (``WhatIfEngine._simulate_changed``): the step times of every row scattered, to the
+    bit, for one worker's compute scaled, single rows (NaN, -0.0 and 0.0 among them) and two
+    scenarios at once; past the bound the rows are scattered as before."""
+    trace = _job(interleaved, shuffle)
+    eng = whatif.build_engine(trace)
+    original = eng.original  # made, as the probe makes it
+    assert eng.fills_every_cell
+    ops = trace.ops
+    worker = (ops.dp_rank == 1) & (ops.stage == 2) & (ops.optype == FWD_CODE)
+    slower = original.copy()
+    slower[worker] *= 1.7
+    odd = original.copy()
+    rng = np.random.default_rng(5)
+    at = rng.choice(len(odd), 6, replace=False)
+    odd[at] = [np.nan, -0.0, 0.0, 1e-9, odd[at[4]] * 3, 0.5]
+    cases = [slower[None], odd[None], np.stack([slower, odd]), original[None]]
+    for d in cases:
+        rows = eng._changed_rows(d)
+        assert rows is not None
+        assert np.array_equal(eng.simulate(d), eng._simulate_rows(d, None), equal_nan=True)
+    many = original * 1.01  # every row changed: the rows' scatter
+    assert eng._changed_rows(many[None]) is None
+    assert np.array_equal(eng.simulate(many), eng._simulate_rows(many[None], None))
 
 
 def test_of_types_is_isin() -> None:
@@ -154,10 +192,12 @@ def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
     assert np.array_equal(v.rows, rows)
     assert np.array_equal(transfer, kept[0]) and np.array_equal(base, kept[1])
     assert np.array_equal(v.ratio, transfer[rows] / np.maximum(base[rows], 1e-12))
-    assert np.array_equal(v.excess, np.clip(transfer[rows] - base[rows], 0.0, None))
+    excess = np.clip(transfer[rows] - base[rows], 0.0, None)
     n = stats.dp * stats.pp
     on = v.link >= 0
-    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=v.excess[on], minlength=n))
+    assert np.array_equal(v.link_excess_sum, np.bincount(v.link[on], weights=excess[on], minlength=n))
+    worker = stats.op_worker[rows]
+    assert np.array_equal(v.worker_excess_sum, np.bincount(worker, weights=excess, minlength=n))
     assert np.array_equal(v.link_ratio_sum, np.bincount(v.link[on], weights=v.ratio[on], minlength=n))
     assert np.array_equal(v.link_n, np.bincount(v.link[on], minlength=n))
     assert v.link_n.sum() == on.sum() > 0

@@ -23,6 +23,7 @@ from typing import Any
 import pydantic_core
 import pytest
 
+from diagnosers import plainmodel
 from diagnosers.diagnose import Diagnosis, diagnose
 from diagnosers.diagnosis_doc import diagnosis_json
 from diagnosers.plainmodel import json_text
@@ -125,6 +126,33 @@ def test_json_text_is_pydantics(indent: int | None) -> None:
     for _ in range(3000):
         doc = _random_document(rng)
         assert json_text(doc, indent) == pydantic_core.to_json(doc, indent=indent).decode(), doc
+
+
+_LINE_END_STRINGS = ["ends 1.5e-07", "1e-05", "-2.5e-10", "nl\n1e-05", "a: 3e-08,", "\u2028 4e-06"]
+
+
+def _tricky_document(rng: random.Random, depth: int = 0) -> Any:
+    # strings that end (or are) what a small float looks like, where a line could end
+    if depth < 3 and rng.random() < 0.5:
+        keys = [rng.choice(_LINE_END_STRINGS) for _ in range(rng.randrange(3))]
+        return {k: _tricky_document(rng, depth + 1) for k in keys}
+    if depth < 3 and rng.random() < 0.3:
+        return [_tricky_document(rng, depth + 1) for _ in range(rng.randrange(3))]
+    return rng.choice(_LINE_END_STRINGS) if rng.random() < 0.5 else _random_document(rng, 3)
+
+
+@pytest.mark.parametrize("indent", [0, 1, 2, 4])
+def test_small_floats_found_at_line_ends_as_by_scanning_every_string(indent: int) -> None:
+    # the indented path's search (plainmodel._small_floats_of_lines) against the scan of the
+    # whole text it replaces, and against pydantic itself
+    rng = random.Random(11)
+    for _ in range(3000):
+        doc = _tricky_document(rng)
+        text = json.dumps(doc, indent=indent, ensure_ascii=False, separators=(",", ": "))
+        want = plainmodel._STRING_OR_SMALL_FLOAT.sub(plainmodel._as_pydantic_float, text)
+        assert plainmodel._small_floats_of_lines(text) == want, doc
+        if indent:
+            assert json_text(doc, indent) == pydantic_core.to_json(doc, indent=indent).decode(), doc
 
 
 def run_cli(*args: str) -> str:

@@ -75,6 +75,8 @@ def test_percentile_is_numpys(q: float) -> None:
                 x = x.copy()
                 x[n // 2] = np.nan
                 _same(percentile(x, q), np.percentile(x, q))
+        ints = rng.integers(0, 9, size=n)  # ties, and no NaN check
+        _same(percentile(ints, q), np.percentile(ints, q))
 
 
 @pytest.mark.parametrize(

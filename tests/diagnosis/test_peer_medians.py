@@ -123,3 +123,21 @@ def test_probe_reuses_masked_runs_with_the_same_numbers() -> None:
     complement = Probe(engine).masked_means([~m for m in masks])
     assert np.array_equal(complement, reverse)
     assert np.array_equal(probe.masked_means([~m for m in masks]), reverse) and len(probe._masked) == 4
+
+
+@pytest.mark.parametrize("dp", [2, 3, 4, 7, 128])
+def test_leave_one_out_ratios_match_the_median_of_each_rank_left_out(dp: int) -> None:
+    from diagnosers.detectors.faulty_machine import leave_one_out_ratios
+    from diagnosers.npplain import median
+
+    rng = np.random.default_rng(dp)
+    values = rng.random((6, dp, 5)) + 0.5
+    values[0, :, 0] = 1.25  # ties: a whole stage alike
+    values[1, : max(1, dp // 2), 1] = 0.75
+    with_nan = values.copy()
+    with_nan[2, 0, 2] = np.nan  # a worker without the value: the plain medians
+    for v in (values, with_nan):
+        want = np.empty_like(v)
+        for d in range(dp):
+            want[:, d, :] = np.log(v[:, d, :] / median(np.delete(v, d, axis=1), axis=1))
+        assert np.array_equal(leave_one_out_ratios(v), want, equal_nan=True)

@@ -85,19 +85,16 @@ def test_p2p_row_views_match_the_sums_over_every_op(schedule: Schedule, vpp: int
     ok = link >= 0
     on_link = view.link >= 0
     assert np.array_equal(view.rows, np.flatnonzero(is_p2p))
-    assert np.array_equal(
-        np.bincount(view.link[on_link], weights=view.excess[on_link], minlength=n),
-        np.bincount(link[ok], weights=excess[ok], minlength=n),
-    )
+    assert np.array_equal(view.link_excess_sum, np.bincount(link[ok], weights=excess[ok], minlength=n))
+    assert np.array_equal(view.link_n, np.bincount(link[ok], minlength=n))
+    assert np.array_equal(view.link_ratio_sum, np.bincount(link[ok], weights=ratio[ok], minlength=n))
     assert np.array_equal(
         np.bincount(view.link[on_link], weights=view.ratio[on_link], minlength=n),
         np.bincount(link[ok], weights=ratio[ok], minlength=n),
     )
     worker = stats.op_worker
-    assert np.array_equal(
-        np.bincount(view.cell, weights=view.excess, minlength=n),
-        np.bincount(worker[is_p2p], weights=excess[is_p2p], minlength=n),
-    )
+    plain_excess = np.bincount(worker[is_p2p], weights=excess[is_p2p], minlength=n)
+    assert np.array_equal(view.worker_excess_sum, plain_excess)
     plain_sum = np.bincount(worker[is_p2p], weights=ratio[is_p2p], minlength=n)
     assert np.array_equal(view.worker_ratio_sum, plain_sum)
     assert np.array_equal(view.worker_n, np.bincount(worker[is_p2p], minlength=n))
@@ -165,3 +162,46 @@ def test_the_remedy_reuses_the_detectors_candidates(
     assert len(made) == 2
     assert own == shared
 
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_type_baselines_looked_up_where_read_are_the_full_length_ones(schedule: Schedule, vpp: int) -> None:
+    """``PerType`` (the detector's baselines) gives, at any rows or mask, what the full-length
+    ``type_baseline`` holds there; the P2P view, the candidates and the transient test read the
+    same values either way."""
+    from diagnosers.detectors.slow_communication import PerType, transient, type_baseline_table
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer, is_comm = stats.probe.original, comm_mask(stats)
+    full = type_baseline(stats, transfer, is_comm)
+    looked_up = PerType(type_baseline_table(stats, transfer, is_comm), stats.optype)
+    rows = np.flatnonzero(is_comm)
+    assert np.array_equal(looked_up[rows], full[rows]) and np.array_equal(looked_up[is_comm], full[is_comm])
+    assert np.array_equal(looked_up[np.arange(len(full))], full)
+    links = p2p_links(stats)
+    a, b = p2p_rows(stats, transfer, full, links), p2p_rows(stats, transfer, looked_up, links)
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    plain = candidates(stats, transfer, base=full)
+    kept = candidates(stats, transfer, base=looked_up)
+    assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in kept]
+    assert transient(stats, transfer, full, plain) == transient(stats, transfer, looked_up, plain)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), CASES)
+def test_group_means_made_once_are_each_calls_own(schedule: Schedule, vpp: int) -> None:
+    """``group_stands_out`` over the probe's transfer times (the groups' means shared) says what it
+    says over a copy of them (the means made by the call), for every stage's DP group, with one
+    stage's DP collectives made slow so that the test can say yes."""
+    from diagnosers.detectors.slow_communication import DP_CODES, group_stands_out
+
+    stats = _stats(schedule, vpp)
+    assert stats.probe is not None
+    transfer = stats.probe.original
+    slow = transfer.copy()
+    slow[stats.of_types(DP_CODES.tolist()) & (stats.op_pp == 1)] *= 5.0
+    names = [(f"dp group of stage {s}", [(d, s) for d in range(stats.dp)]) for s in range(stats.pp)]
+    names.append(("embedding group of dp 0", [(0, 0), (0, stats.pp - 1)]))
+    said = [group_stands_out(stats, transfer, n, c) for n, c in names]
+    assert said == [group_stands_out(stats, transfer.copy(), n, c) for n, c in names]
+    assert [group_stands_out(stats, slow, n, c) for n, c in names][1]  # (a copy: its own means)

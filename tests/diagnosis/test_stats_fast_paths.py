@@ -10,6 +10,7 @@ import pytest
 from diagnosers import whatif
 from diagnosers.detectors import compute_stats
 from diagnosers.detectors.stats import _rank_of, _stage_correlations, _stage_mean, _step_index
+from diagnosers.model import OPTYPES
 from diagnosers.synth import ScenarioSpec, generate
 from diagnosers.synth.spec import Schedule
 
@@ -104,8 +105,8 @@ def test_stage_mean_over_rows_is_the_masked_mean() -> None:
 
 
 def test_slow_communication_views_keep_their_types_on_shuffled_rows() -> None:
-    """The P2P links from the shared worker view stay int64 ids; the type baselines from one sort
-    equal the per-type scan on rows in any order."""
+    """The P2P links from the shared worker view are int32 ids equal to the plain int64 formula;
+    the type baselines from one sort equal the per-type scan on rows in any order."""
     from diagnosers.detectors.slow_communication import comm_mask, p2p_links, type_baseline
 
     spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=8, scenarios=["slow-communication"])
@@ -114,7 +115,14 @@ def test_slow_communication_views_keep_their_types_on_shuffled_rows() -> None:
     stats = compute_stats(trace, whatif.build_engine(trace))
     assert stats.probe is not None
     is_p2p, link = p2p_links(stats)
-    assert link.dtype == np.int64 and (link[~is_p2p] == -1).all()
+    assert link.dtype == np.int32 and (link[~is_p2p] == -1).all()
+    # the plain ids: sends of stage s and receives of s + 1 on link d * pp + s, the reverse too
+    names = [OPTYPES[int(c)] for c in stats.optype]
+    up = [n in ("forward-send", "backward-recv") for n in names]  # the link to the stage above
+    lower = np.array([s - (not u) for u, s in zip(up, stats.op_pp.tolist(), strict=True)])
+    ok = is_p2p & (lower >= 0) & (lower < stats.pp - 1)
+    want_link = np.where(ok, stats.op_dp.astype(np.int64) * stats.pp + lower, -1)
+    assert np.array_equal(link, want_link)
     transfer, is_comm = stats.probe.original, comm_mask(stats)
     want = np.zeros_like(transfer)
     for code in np.unique(stats.optype[is_comm]):
@@ -252,3 +260,20 @@ def test_forward_backward_pairing_matches_the_plain_computation(name: str) -> No
             assert g.tobytes() == w.tobytes()
     if name == "gc":
         assert (want[4] >= 8).any()  # the pauses stand out: the outlier rule is exercised
+
+
+def test_cell_ids_are_the_int64_cells_in_the_narrowest_width_that_holds_them() -> None:
+    from diagnosers.detectors.base import cell_ids
+
+    rng = np.random.default_rng(5)
+    si = rng.integers(0, 50, 2000).astype(np.int64)
+    worker = rng.integers(0, 96, 2000).astype(np.int32)
+    want = si * 96 + worker.astype(np.int64)
+    got = cell_ids(si, worker, 96, 50)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    # a cell space past int32 (2^31 cells and more): int64, the same ids
+    wide = cell_ids(si, worker, 96, 2**31 // 96 + 1)
+    assert wide.dtype == np.int64 and np.array_equal(wide, want)
+    far = 2**31 // 96 + 5  # a step whose cells lie past 2^31
+    big = cell_ids(np.array([far], dtype=np.int64), np.array([95], dtype=np.int32), 96, far + 1)
+    assert big.dtype == np.int64 and int(big[0]) == far * 96 + 95
