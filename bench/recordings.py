@@ -30,7 +30,8 @@ A partition injection is exempt (its expected cause is itself a stage imbalance)
 
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
                                                 heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|
-                                                heldout11|heldout12|heldout13|heldout14|heldout15|all]
+                                                heldout11|heldout12|heldout13|heldout14|heldout15|
+                                                heldout16|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -54,7 +55,9 @@ machine and committed before the twelfth round's rules were made, diagnosed once
 ``heldout14`` (balanced, 20 recordings, seeds 1301-1320, recorded on a quiet machine and committed
 before the thirteenth round's rules were made, diagnosed once at its end), ``heldout15`` (balanced,
 20 recordings, seeds 1401-1420, recorded with one extra process spinning on a core and committed
-before the fourteenth round's rules were made, diagnosed once at its end), ``all``.
+before the fourteenth round's rules were made, diagnosed once at its end), ``heldout16`` (balanced,
+20 recordings, seeds 1501-1520, recorded beside other builds' work while the fifteenth round's first
+rule was made and committed unread, diagnosed once at that round's end), ``all``.
 """
 
 from __future__ import annotations
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
              "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13",
-             "heldout14", "heldout15", "all"]
+             "heldout14", "heldout15", "heldout16", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
