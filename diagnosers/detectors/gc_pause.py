@@ -79,6 +79,11 @@ PAIR_STALL_STEPS = 4
 # longer pause): one thing outside both processes held them; independent collections run as long
 # as each process's own heap takes (the generator draws them +-20%; set 4 job-stall-10: 0.02%).
 PAIR_STALL_SAME_LENGTH = 0.05
+# ... widened to what the job measures a pause to: PAIR_STALL_PRECISION_Z standard deviations of the
+# difference of two excesses, each as noisy as the forwards that do not look paused (their excess
+# over what their backward explains is the measure's own error: op noise on a 50 ms forward
+# already moves two equal 0.1 s stalls 5% apart).
+PAIR_STALL_PRECISION_Z = 3.0
 # One freeze of several workers: paused forwards of different workers in one step whose spans
 # overlap by at least this share of the longer one (the same moment and about as long).
 FREEZE_OVERLAP = 0.9
@@ -212,13 +217,16 @@ def backwards_as_slow(stats: TraceStats, excess: float) -> int:
 
 def job_wide_stall_steps(
     stats: TraceStats, cell: npt.NDArray[np.int64], step_idx: npt.NDArray[np.int64],
-    excess: npt.NDArray[np.float64] | None = None,
+    excess: npt.NDArray[np.float64] | None = None, unpaused: npt.NDArray[np.float64] | None = None,
 ) -> list[int]:
     """Step indices in which every worker (at least ``STALL_WORKERS`` of them in jobs of more than
     eight) has a paused forward: one stall hitting the whole job at once. A job of two workers
     qualifies only when that step holds every pause of a window of at least ``PAIR_STALL_STEPS``,
     or of a shorter window when the two pauses (``excess``, per paused forward) are as long as
-    each other within ``PAIR_STALL_SAME_LENGTH``.
+    each other within ``PAIR_STALL_SAME_LENGTH``, or within ``PAIR_STALL_PRECISION_Z`` standard
+    deviations of the difference of two excesses measured as ``unpaused`` (the excesses of the
+    forwards that do not look paused) are (sets 8 and 9 job-stall-small-11, -6: one stall of
+    0.11 s in both stages' first forwards, read 7.6% and 5.4% apart, named GC pauses).
 
     Collectors run on each process's own schedule, so in small jobs several may collect in the
     same step by chance; all of them at once is a job-wide event. (In a pipeline the stall reaches
@@ -228,10 +236,15 @@ def job_wide_stall_steps(
     if need < 2:
         return []
     steps = unique(step_idx)
-    same_length = (
-        excess is not None and len(excess) == 2
-        and float(excess.max() - excess.min()) <= PAIR_STALL_SAME_LENGTH * float(excess.max())
-    )
+    same_length = False
+    if excess is not None and len(excess) == 2:
+        gap = float(excess.max() - excess.min())
+        precision = (
+            PAIR_STALL_PRECISION_Z * float(np.sqrt(2.0)) * float(np.std(unpaused))
+            if unpaused is not None and len(unpaused) >= 2
+            else 0.0
+        )
+        same_length = gap <= max(PAIR_STALL_SAME_LENGTH * float(excess.max()), precision)
     if need == 2 and (len(steps) > 1 or (stats.n_steps < PAIR_STALL_STEPS and not same_length)):
         # Two workers: both paused in one step is a stall only when no other step of a window of
         # several has a pause (collectors on their own schedules spread over the steps; two that
@@ -294,11 +307,11 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     """Match sporadic, forward-only pauses spread over workers and steps."""
     if report.slowdown < DECOMPOSE_THRESHOLD or len(stats.fwd_index) == 0:
         return None
-    paused = paused_forwards(stats)
-    if not paused.any():
+    flagged = paused_forwards(stats)
+    if not flagged.any():
         return None
     # the tail's forwards leave first: the sporadic tests below count pauses, not op noise
-    paused = above_tail(stats, paused)
+    paused = above_tail(stats, flagged)
     if not paused.any():
         return None
     rows = stats.fwd_index[paused]
@@ -315,7 +328,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     if n_bwd > 0 and p_noise > NOISE_P:
         return None  # backwards have as many such outliers: heavy-tailed op noise, not a pause
     step_idx = stats.op_step_index[rows]
-    stalled = job_wide_stall_steps(stats, cell, step_idx, stats.fwd_excess[paused])
+    unpaused = stats.fwd_excess[~flagged]  # the excess measure's own error
+    stalled = job_wide_stall_steps(stats, cell, step_idx, stats.fwd_excess[paused], unpaused)
     if stalled:
         # Every worker stopped in the same step: a job-wide stall (a shared filesystem, a
         # checkpoint, the host), not collectors running on their own schedules. Judge the rest.
