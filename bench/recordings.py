@@ -233,7 +233,7 @@ PARTS = {
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14",
-            "heldout15"],
+            "heldout15", "heldout16"],
 }
 
 
