@@ -145,3 +145,20 @@ def widened_part_score(part: str, size: int) -> tuple[dict[str, Any], dict[str, 
     scored = {f.name: recordings.score_folder(f) for f in folders}
     got = {n: (s.got[0][0], list(s.got[0][2])) if s.got else ("none", []) for n, s in scored.items()}
     return scored, got, {n: got[n] for n, s in scored.items() if not s.right}
+
+
+def assert_part_shape(scored: dict[str, Any], healthy: list[str], onsets: list[str],
+                      partitions: dict[str, list[int]]) -> None:
+    """The checks every balanced held-out part's pin shares, on ``widened_part_score``'s scores:
+    its healthy recordings are ``healthy`` with no false faulty machine or GC, no recording is a
+    silent miss, each of ``onsets`` is named a faulty machine with an onset first, and each of
+    ``partitions`` a stage imbalance at those ranks first."""
+    assert sorted(n for n, s in scored.items() if s.healthy) == sorted(healthy)
+    assert not any(scored[n].false_machine_or_gc for n in healthy)
+    assert not any(s.silent_miss for s in scored.values())
+    for name in onsets:
+        top = scored[name].got[0]
+        assert (top[0], str(top[3])) == ("faulty-machine", "onset"), name
+    for name, ranks in partitions.items():
+        top = scored[name].got[0]
+        assert (top[0], list(top[2])) == ("stage-imbalance", ranks), name
