@@ -1,8 +1,9 @@
 """Faulty machine on healthy generated jobs (docs/ACCURACY.md, "Fourteenth round"), pinned on the
 seen jobs of synthetic set 7 that needed it and on the seen true machines nearest each bar:
 
-- a faulty machine runs at least ``FAULT_MIN_EXCESS`` (5%) over its peers: set 7
-  ``job-stall-small-4`` (a GPU 2.3% slower than its one peer on a quiet floor) names nothing;
+- a faulty machine runs at least ``FAULT_MIN_EXCESS`` (5%, 8% since the seventeenth round) over its
+  peers: set 7 ``job-stall-small-4`` (a GPU 2.3% slower than its one peer on a quiet floor) names
+  nothing;
 - an onset that another worker's window of as many slow steps matches (``window_rise``), or that
   the other stages do not see where the cell has one stage peer, is chance (``onset_by_chance``):
   set 7 ``healthy-step-bursts-0`` and ``job-stall-small-5`` name nothing, while every seen real onset
