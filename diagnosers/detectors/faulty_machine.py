@@ -974,7 +974,12 @@ def onset_by_chance(stats: TraceStats, kept: list[CellTiming]) -> bool:
     n = stats.n_steps
     cells = [t.cell for t in kept]
     others = log_ratios(stats.compute, exclude=cells)  # (S, dp, pp), NaN without peers
-    finite = np.isfinite(others).all(axis=0)
+    peered = others[:, np.isfinite(others).all(axis=0)]  # (S, w): the workers with peers left
+    centred = None
+    if stats.dp == 2 and stats.pp >= 2:
+        # each worker's log compute about its own median, for the one-peer reading
+        logs = np.log(np.maximum(stats.compute, 1e-12))
+        centred = logs - median(logs, axis=0)[None]
     for t in onsets:
         assert t.onset is not None
         k = t.onset.index
@@ -982,12 +987,10 @@ def onset_by_chance(stats: TraceStats, kept: list[CellTiming]) -> bool:
         jump = t.onset.after - t.onset.before
         if jump <= 0 or m >= n:
             continue
-        if finite.any() and float(window_rise(others[:, finite], m).max()) >= ONSET_LOOKALIKE * jump:
+        if peered.shape[1] and float(window_rise(peered, m).max()) >= ONSET_LOOKALIKE * jump:
             return True
-        d, p = t.cell
-        if stats.dp == 2 and stats.pp >= 2:
-            logs = np.log(np.maximum(stats.compute, 1e-12))
-            centred = logs - median(logs, axis=0)[None]
+        if centred is not None:
+            d, p = t.cell
             off = np.delete(centred, p, axis=2).reshape(n, -1)
             wide = centred[:, d, p] - median(off, axis=1)
             if float(np.mean(wide[k:]) - np.mean(wide[:k])) < ONSET_WIDE * jump:
