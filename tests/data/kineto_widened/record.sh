@@ -3,9 +3,9 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout16 likewise. PART (tune,
+# changes, and diagnosed once, at its end; heldout3 to heldout17 likewise. PART (tune,
 # heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15,
-# heldout16) re-records only that part.
+# heldout16, heldout17) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -288,3 +288,24 @@ rec heldout16 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1517 --gc-pau
 rec heldout16 gc-pause-2x4          --dp 2 --pp 4 --steps 6 --seed 1518 --gc-pause
 rec heldout16 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1519 --stall-rank 1 --stall-ms 100
 rec heldout16 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1520 --stall-rank 5 --stall-ms 80
+# --- held out, seventeenth set (balanced; seeds 1601-1620; recorded beside another build's benchmarks, before the eighteenth round's changes) ---
+rec heldout17 healthy-2x2           --dp 2 --pp 2 --steps 6 --seed 1601
+rec heldout17 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 1602
+rec heldout17 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 1603
+rec heldout17 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 1604 --slow-rank 2 --slow-ms 12
+rec heldout17 slow-rank-last-2x3    --dp 2 --pp 3 --steps 6 --seed 1605 --slow-rank 5 --slow-ms 15
+rec heldout17 slow-rank-first-3x2   --dp 3 --pp 2 --steps 6 --seed 1606 --slow-rank 0 --slow-ms 12
+rec heldout17 slow-rank-3x3         --dp 3 --pp 3 --steps 6 --seed 1607 --slow-rank 4 --slow-ms 12
+rec heldout17 slow-rank-weak-2x2    --dp 2 --pp 2 --steps 6 --seed 1608 --slow-rank 3 --slow-ms 8
+rec heldout17 onset-2x2             --dp 2 --pp 2 --steps 8 --seed 1609 --slow-rank 0 --slow-ms 20 --slow-from-step 5
+rec heldout17 onset-3x2             --dp 3 --pp 2 --steps 8 --seed 1610 --slow-rank 5 --slow-ms 20 --slow-from-step 4
+rec heldout17 layers-2x2            --dp 2 --pp 2 --steps 6 --seed 1611 --layers-per-stage 2,1
+rec heldout17 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 1612 --layers-per-stage 1,2,1,1
+rec heldout17 send-delay-2x3        --dp 2 --pp 3 --steps 6 --seed 1613 --send-delay-rank 2 --send-delay-ms 20
+rec heldout17 send-delay-3x2        --dp 3 --pp 2 --steps 6 --seed 1614 --send-delay-rank 1 --send-delay-ms 25
+rec heldout17 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1615 --var-seq --seq 64
+rec heldout17 var-seq-2x4           --dp 2 --pp 4 --steps 6 --seed 1616 --var-seq --seq 64
+rec heldout17 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1617 --gc-pause
+rec heldout17 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1618 --gc-pause
+rec heldout17 dataloader-stall-3x3  --dp 3 --pp 3 --steps 6 --seed 1619 --stall-rank 4 --stall-ms 100
+rec heldout17 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1620 --stall-rank 1 --stall-ms 100
