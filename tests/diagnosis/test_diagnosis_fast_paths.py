@@ -41,6 +41,8 @@ def test_gather_is_the_node_major_read(interleaved: bool, shuffle: bool) -> None
     trace = _job(interleaved, shuffle)
     eng = whatif.build_engine(trace)
     t = eng.template
+    # stored rows come in step order (read one step at a time), shuffled ones do not
+    assert (t.step_row_bounds() is None) == shuffle
     for dense in (eng.orig_dense, eng.launch_dense, eng.start_dense):
         want = dense.reshape(-1)[t.flat_index]
         assert np.array_equal(t.gather(dense), want, equal_nan=True)
