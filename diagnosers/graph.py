@@ -119,6 +119,9 @@ class Template:
     _flat: npt.NDArray[np.integer[Any]] | None = field(default=None, repr=False)
     _succ: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     _step_major: npt.NDArray[np.intp] | None = field(default=None, repr=False)
+    # per step index, its first row (rows in ascending step order), with the row count last;
+    # an empty array when the rows are in no such order (``step_row_bounds``)
+    _step_bounds: npt.NDArray[np.intp] | None = field(default=None, repr=False)
 
     def name(self, node: int) -> str:
         """``optype_seq_stage``, the artifact's op identity."""
@@ -173,17 +176,43 @@ class Template:
         out[self.step_major_index] = values
         return np.ascontiguousarray(out.reshape(ns, self.dp, self.n_nodes).transpose(2, 1, 0))
 
+    def step_row_bounds(self) -> npt.NDArray[np.intp] | None:
+        """Per step index, the first of its rows, and the row count last, when the rows come in
+        ascending step order (every trace seen stores its steps one after another); else None."""
+        if self._step_bounds is None:
+            sor = self.step_of_row
+            ordered = len(sor) < 2 or bool((sor[1:] >= sor[:-1]).all())
+            self._step_bounds = (
+                np.searchsorted(sor, np.arange(len(self.steps) + 1)).astype(np.intp)
+                if ordered
+                else np.zeros(0, dtype=np.intp)
+            )
+        return self._step_bounds if len(self._step_bounds) else None
+
     def gather(self, dense: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Per-row values from a (..., n_nodes, dp, n_steps) array (inverse of :meth:`dense`).
 
         A single (n_nodes, dp, n_steps) array is copied transposed to (step, dp, node) order first
         and read there, as :meth:`dense` writes: rows stored in (step, worker) blocks then read
-        short runs of it instead of a cache miss each (half the time at 1.9M rows)."""
+        short runs of it instead of a cache miss each (half the time at 1.9M rows). With the rows
+        in step order (``step_row_bounds``) one step is copied and read at a time: the same
+        values, without a transposed copy of the whole array (a third of the page faults)."""
         if dense.ndim == 3:
             ns = len(self.steps)
             if dense.shape == (self.n_nodes, self.dp, ns):
-                by_step = np.ascontiguousarray(dense.transpose(2, 1, 0)).reshape(-1)
-                return by_step[self.step_major_index]
+                idx = self.step_major_index
+                bounds = self.step_row_bounds()
+                if bounds is None:
+                    by_step = np.ascontiguousarray(dense.transpose(2, 1, 0)).reshape(-1)
+                    return by_step[idx]
+                out = np.empty(len(idx), dtype=dense.dtype)
+                block = self.dp * self.n_nodes
+                for k in range(ns):
+                    a, b = int(bounds[k]), int(bounds[k + 1])
+                    if a < b:
+                        one = np.ascontiguousarray(dense[:, :, k].T).reshape(-1)  # (dp, n_nodes)
+                        np.take(one, idx[a:b] - k * block, out=out[a:b])
+                return out
         flat = dense.reshape(*dense.shape[:-3], -1)
         return flat[..., self.flat_index]
 

@@ -136,6 +136,28 @@ class WhatIfEngine:
         present = set(t.optype.tolist())  # node-sized
         return {c: self.orig_dense[t.optype == c].reshape(-1) for c in sorted(set(codes) & present)}
 
+    def cell_sums(self, codes: tuple[int, ...], steps: npt.NDArray[np.int64]) -> Array | None:
+        """Per (step, DP rank, stage) cell ``(n_steps, dp, pp)``: the summed original durations of
+        its ops of the types ``codes`` (compute or optimizer types), read node by node off the
+        dense layout: the same terms as a bincount over the rows, added in the template's node
+        order rather than the rows' (the last bits may differ), without a row-sized gather. Only
+        where those cells are exactly the rows (as ``type_values``) over the statistics' ``steps``
+        and the meta's DP ranks and stages, and hold the rows' durations (no node of those types
+        in a communication group, whose cells hold transfer times); None otherwise."""
+        t = self.template
+        if self.trace.graph is not None or not self.fills_every_cell:
+            return None
+        meta = self.trace.meta
+        if t.dp != meta.dp or t.pp != meta.pp or not np.array_equal(np.asarray(t.steps), steps):
+            return None
+        nodes = np.isin(t.optype, codes)
+        if t.rendezvous_groups or any(nodes[m].any() for m in t.groups):
+            return None
+        out = np.zeros((t.pp, t.dp, len(steps)))
+        for v in np.flatnonzero(nodes).tolist():  # node-sized: each node's (dp, steps) cells added
+            out[int(t.stage[v])] += self.orig_dense[v]
+        return np.ascontiguousarray(out.transpose(2, 1, 0))
+
     def order_statistic(
         self, code: int, fraction: float, steps: npt.NDArray[np.bool_] | None = None, per_step: bool = False
     ) -> Array | None:

@@ -142,6 +142,10 @@ class Engine(Protocol):
 
     def type_values(self, codes: Iterable[int]) -> dict[int, npt.NDArray[np.float64]] | None: ...
 
+    def cell_sums(
+        self, codes: tuple[int, ...], steps: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64] | None: ...
+
     def order_statistic(
         self, code: int, fraction: float, steps: npt.NDArray[np.bool_] | None = None, per_step: bool = False
     ) -> npt.NDArray[np.float64] | None: ...

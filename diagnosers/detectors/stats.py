@@ -48,11 +48,15 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     is_f = ops.optype == FWD
     is_b = ops.optype == BWD
     is_comp = is_f | is_b
-    compute = (
-        np.bincount(cell[is_comp], weights=ops.duration[is_comp], minlength=size)
-        .astype(np.float64)
-        .reshape(n_s, dp, pp)
-    )
+    # the per-cell sums read off the engine's dense layout where it holds the rows (node order,
+    # not the rows': the last bits may differ), else a bincount over the rows
+    compute = engine.cell_sums((FWD, BWD), steps) if engine is not None else None
+    if compute is None:
+        compute = (
+            np.bincount(cell[is_comp], weights=ops.duration[is_comp], minlength=size)
+            .astype(np.float64)
+            .reshape(n_s, dp, pp)
+        )
 
     step_start = reduce_into(np.minimum, si, ops.start_ts, n_s, np.inf)
     step_end = _step_ends(si, ops.start_ts, ops.duration, n_s)
@@ -73,12 +77,14 @@ def compute_stats(trace: Trace, engine: Engine | None = None) -> TraceStats:
     corr, within, fwd_index, excess, z, typical, bwd_outliers = _forward_backward(
         trace, si, cell=cell, fwd_rows=np.flatnonzero(is_f), bwd_rows=np.flatnonzero(is_b), op_mb=op_mb
     )
-    is_opt = ops.optype == OPT
-    optimizer = (
-        np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
-        .astype(np.float64)
-        .reshape(n_s, dp, pp)
-    )
+    optimizer = engine.cell_sums((OPT,), steps) if engine is not None else None
+    if optimizer is None:
+        is_opt = ops.optype == OPT
+        optimizer = (
+            np.bincount(cell[is_opt], weights=ops.duration[is_opt], minlength=size)
+            .astype(np.float64)
+            .reshape(n_s, dp, pp)
+        )
     # the stage means are read by the stage-imbalance finding once it holds: made on first read
     # (their rows found again then, rather than kept alive for it)
     def stage_mean(code: int) -> Deferred[npt.NDArray[np.float64]]:

@@ -41,6 +41,8 @@ def test_gather_is_the_node_major_read(interleaved: bool, shuffle: bool) -> None
     trace = _job(interleaved, shuffle)
     eng = whatif.build_engine(trace)
     t = eng.template
+    # stored rows come in step order (read one step at a time), shuffled ones do not
+    assert (t.step_row_bounds() is None) == shuffle
     for dense in (eng.orig_dense, eng.launch_dense, eng.start_dense):
         want = dense.reshape(-1)[t.flat_index]
         assert np.array_equal(t.gather(dense), want, equal_nan=True)
@@ -684,3 +686,49 @@ def test_slow_communication_decides_before_its_candidates_masks() -> None:
         made = ("shared", slow_communication.SHARED_CANDIDATES) in stats._cache
         found[scenario] = (match is not None, made)
     assert found == {Scenario.FAULTY_MACHINE: (False, False), Scenario.SLOW_COMMUNICATION: (True, True)}
+
+
+def _cell_sums_by_rows(trace: Any, codes: tuple[int, ...]) -> np.ndarray:
+    """The plain per-(step, DP rank, stage) sums of the rows' durations of the types ``codes``."""
+    ops, dp, pp = trace.ops, trace.meta.dp, trace.meta.pp
+    steps = np.unique(ops.step)
+    si = np.searchsorted(steps, ops.step)
+    keep = np.isin(ops.optype, codes)
+    cell = (si * dp + ops.dp_rank) * pp + ops.stage
+    return np.bincount(cell[keep], weights=ops.duration[keep], minlength=len(steps) * dp * pp).reshape(
+        len(steps), dp, pp
+    )
+
+
+@pytest.mark.parametrize("schedule", [Schedule.ONE_F_ONE_B, Schedule.GPIPE])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_cell_sums_are_the_rows_sums(schedule: Schedule, shuffle: bool) -> None:
+    # the dense layout's per-cell sums against a bincount over the rows, to 1e-12 relative (the
+    # same terms in another order), and the statistics built on them against the rows' sums
+    spec = ScenarioSpec(dp=3, pp=4, microbatches=6, steps=3, seed=4, schedule=schedule)
+    trace = generate(spec).trace
+    if shuffle:
+        trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    engine = whatif.build_engine(trace)
+    steps = np.unique(trace.ops.step).astype(np.int64)
+    for codes in ((FWD_CODE, OPTYPE_CODE["backward-compute"]), (OPTYPE_CODE["optimizer"],)):
+        fast = engine.cell_sums(codes, steps)
+        assert fast is not None
+        np.testing.assert_allclose(fast, _cell_sums_by_rows(trace, codes), rtol=1e-12, atol=0)
+    stats = compute_stats(trace, engine)
+    compute, optimizer = (FWD_CODE, OPTYPE_CODE["backward-compute"]), (OPTYPE_CODE["optimizer"],)
+    np.testing.assert_allclose(stats.compute, _cell_sums_by_rows(trace, compute), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(stats.optimizer, _cell_sums_by_rows(trace, optimizer), rtol=1e-12, atol=0)
+
+
+def test_cell_sums_fall_back_off_the_dense_layout() -> None:
+    # an interleaved job's P2P rendezvous (its cells hold the pairs' own times) and steps other
+    # than the layout's: no dense sums
+    trace = _job(interleaved=True, shuffle=False)
+    steps = np.unique(trace.ops.step).astype(np.int64)
+    fwd = (FWD_CODE,)
+    assert whatif.build_engine(trace).cell_sums(fwd, steps) is None
+    trace = _job(interleaved=False, shuffle=False)
+    engine = whatif.build_engine(trace)
+    assert engine.cell_sums(fwd, steps + 1) is None
+    assert engine.cell_sums(fwd, steps) is not None
