@@ -59,8 +59,7 @@ before the fourteenth round's rules were made, diagnosed once at its end), ``hel
 20 recordings, seeds 1501-1520, recorded beside other builds' work while the fifteenth round's first
 rule was made and committed unread, diagnosed once at that round's end), ``heldout17`` (balanced,
 20 recordings, seeds 1601-1620, recorded beside another build's benchmarks and committed unread
-before the eighteenth round's rules were made, to be diagnosed once at its end), ``all`` (every
-part but the newest held-out one).
+before the eighteenth round's rules were made, diagnosed once at its end), ``all``.
 """
 
 from __future__ import annotations
@@ -236,7 +235,7 @@ PARTS = {
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14",
-            "heldout15", "heldout16"],
+            "heldout15", "heldout16", "heldout17"],
 }
 
 
