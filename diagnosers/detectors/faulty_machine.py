@@ -1100,7 +1100,8 @@ def detect(report: Report, stats: TraceStats) -> CauseMatch | None:
     affected = np.ones(stats.n_steps, dtype=bool)
     if is_onset:
         affected[: min(t.onset.index for t in kept if t.onset is not None)] = False
-    if (hosts is None or len(cells) == 1) and any(hottest_share(stats, c, affected) < hottest_bar(stats) for c in cells):
+    one_worker = hosts is None or len(cells) == 1
+    if one_worker and any(hottest_share(stats, c, affected) < hottest_bar(stats) for c in cells):
         # A slow machine is slow in every step it is slow in, so in more of them than chance it runs
         # further over its peers than any worker off its stage; a busy host's contention moves from
         # worker to worker, and a worker it slows shares its hot steps with others as hot (heldout2
