@@ -3,9 +3,9 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout17 likewise. PART (tune,
+# changes, and diagnosed once, at its end; heldout3 to heldout18 likewise. PART (tune,
 # heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15,
-# heldout16, heldout17) re-records only that part.
+# heldout16, heldout17, heldout18) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -309,3 +309,24 @@ rec heldout17 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1617 --gc-pau
 rec heldout17 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1618 --gc-pause
 rec heldout17 dataloader-stall-3x3  --dp 3 --pp 3 --steps 6 --seed 1619 --stall-rank 4 --stall-ms 100
 rec heldout17 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1620 --stall-rank 1 --stall-ms 100
+# --- held out, eighteenth set (balanced; seeds 1701-1720; recorded beside the test suite's run, before the next round's changes) ---
+rec heldout18 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1701
+rec heldout18 healthy-4x2           --dp 4 --pp 2 --steps 6 --seed 1702
+rec heldout18 healthy-3x3           --dp 3 --pp 3 --steps 6 --seed 1703
+rec heldout18 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 1704 --slow-rank 2 --slow-ms 12
+rec heldout18 slow-rank-last-3x2    --dp 3 --pp 2 --steps 6 --seed 1705 --slow-rank 3 --slow-ms 15
+rec heldout18 slow-rank-first-2x4   --dp 2 --pp 4 --steps 6 --seed 1706 --slow-rank 1 --slow-ms 12
+rec heldout18 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1707 --slow-rank 3 --slow-ms 12
+rec heldout18 slow-rank-weak-4x2    --dp 4 --pp 2 --steps 6 --seed 1708 --slow-rank 6 --slow-ms 8
+rec heldout18 onset-2x3             --dp 2 --pp 3 --steps 8 --seed 1709 --slow-rank 4 --slow-ms 20 --slow-from-step 4
+rec heldout18 onset-4x2             --dp 4 --pp 2 --steps 8 --seed 1710 --slow-rank 1 --slow-ms 20 --slow-from-step 5
+rec heldout18 layers-3x2            --dp 3 --pp 2 --steps 6 --seed 1711 --layers-per-stage 2,1
+rec heldout18 layers-2x3            --dp 2 --pp 3 --steps 6 --seed 1712 --layers-per-stage 1,1,2
+rec heldout18 send-delay-2x2        --dp 2 --pp 2 --steps 6 --seed 1713 --send-delay-rank 1 --send-delay-ms 25
+rec heldout18 send-delay-2x4        --dp 2 --pp 4 --steps 6 --seed 1714 --send-delay-rank 2 --send-delay-ms 20
+rec heldout18 var-seq-3x2           --dp 3 --pp 2 --steps 6 --seed 1715 --var-seq --seq 64
+rec heldout18 var-seq-2x3           --dp 2 --pp 3 --steps 6 --seed 1716 --var-seq --seq 64
+rec heldout18 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1717 --gc-pause
+rec heldout18 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1718 --gc-pause
+rec heldout18 dataloader-stall-2x4  --dp 2 --pp 4 --steps 6 --seed 1719 --stall-rank 3 --stall-ms 100
+rec heldout18 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1720 --stall-rank 4 --stall-ms 80
