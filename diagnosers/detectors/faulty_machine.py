@@ -1302,8 +1302,9 @@ def outlier_worker(report: Report, stats: TraceStats) -> CauseMatch | None:
     own compute is slow against its peers in every step and above the noise floor (``OWN_Z``
     standard errors, in compute alone or in compute and optimizer together), its speed
     factor is as far out of the others', idealising its compute removes at least ``MIN_SHARE`` of
-    the slowdown, and its optimizer is slow too or at least half (not 90%) of its forwards or
-    backwards are. Never "within noise" while such a worker exists: under the decomposition
+    the slowdown, its optimizer is slow too or at least half (not 90%) of its forwards or
+    backwards are, and its steps pass the chance tests ``detect`` puts one worker through
+    (``chance_alike``). Never "within noise" while such a worker exists: under the decomposition
     threshold too (S below ``DECOMPOSE_THRESHOLD``, where no detector judges anything), when the
     worker stands ``SUB_THRESHOLD_SW_Z`` robust sigma above the others and its own S_w excess is
     at least ``SUB_THRESHOLD_EXCESS`` (real recordings: a 20 ms onset on one rank of a 2x4 job at
