@@ -76,8 +76,8 @@ fixed and committed before the eighteenth round's rule changes (set 11 is seen d
 run once at that round's end.
 
 ``--set 13`` (held out) draws the same families, shapes and cost style from one more fresh seed:
-fixed and committed before the nineteenth round's rule changes (set 12 is seen data by then), and
-run once at that round's end.
+fixed and committed after the eighteenth round (set 12 is seen data by then), and run once at the
+nineteenth round's end, on the tree as the eighteenth left it.
 
 ``--set tune8`` (seen) draws the same families, shapes and cost style from one more seed: made
 during the fourteenth round, after its first rules, as a fresh *tuning* check of them on draws

@@ -61,8 +61,7 @@ rule was made and committed unread, diagnosed once at that round's end), ``heldo
 20 recordings, seeds 1601-1620, recorded beside another build's benchmarks and committed unread
 before the eighteenth round's rules were made, diagnosed once at its end), ``heldout18`` (balanced,
 20 recordings, seeds 1701-1720, recorded beside the test suite's run and committed unread before
-the next round's rules, to be diagnosed once at its end), ``all`` (every part but the newest
-held-out one).
+the nineteenth round, diagnosed once at its end), ``all`` (every part above).
 """
 
 from __future__ import annotations
@@ -238,7 +237,7 @@ PARTS = {
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14",
-            "heldout15", "heldout16", "heldout17"],
+            "heldout15", "heldout16", "heldout17", "heldout18"],
 }
 
 
