@@ -3,9 +3,9 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout18 likewise. PART (tune,
+# changes, and diagnosed once, at its end; heldout3 to heldout19 likewise. PART (tune,
 # heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15,
-# heldout16, heldout17, heldout18) re-records only that part.
+# heldout16, heldout17, heldout18, heldout19) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -330,3 +330,24 @@ rec heldout18 gc-pause-2x2          --dp 2 --pp 2 --steps 6 --seed 1717 --gc-pau
 rec heldout18 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1718 --gc-pause
 rec heldout18 dataloader-stall-2x4  --dp 2 --pp 4 --steps 6 --seed 1719 --stall-rank 3 --stall-ms 100
 rec heldout18 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1720 --stall-rank 4 --stall-ms 80
+# --- held out, nineteenth set (recorded after the nineteenth round, before any rule of the twentieth) ---
+rec heldout19 healthy-2x2           --dp 2 --pp 2 --steps 6 --seed 1801
+rec heldout19 healthy-3x2           --dp 3 --pp 2 --steps 6 --seed 1802
+rec heldout19 healthy-2x3           --dp 2 --pp 3 --steps 6 --seed 1803
+rec heldout19 slow-rank-4x2         --dp 4 --pp 2 --steps 6 --seed 1804 --slow-rank 5 --slow-ms 12
+rec heldout19 slow-rank-3x3         --dp 3 --pp 3 --steps 6 --seed 1805 --slow-rank 4 --slow-ms 12
+rec heldout19 slow-rank-first-3x2   --dp 3 --pp 2 --steps 6 --seed 1806 --slow-rank 2 --slow-ms 15
+rec heldout19 slow-rank-last-2x4    --dp 2 --pp 4 --steps 6 --seed 1807 --slow-rank 7 --slow-ms 12
+rec heldout19 slow-rank-weak-2x2    --dp 2 --pp 2 --steps 6 --seed 1808 --slow-rank 0 --slow-ms 8
+rec heldout19 onset-3x2             --dp 3 --pp 2 --steps 8 --seed 1809 --slow-rank 4 --slow-ms 20 --slow-from-step 5
+rec heldout19 onset-2x4             --dp 2 --pp 4 --steps 8 --seed 1810 --slow-rank 2 --slow-ms 20 --slow-from-step 4
+rec heldout19 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 1811 --layers-per-stage 2,1,1,1
+rec heldout19 layers-3x3            --dp 3 --pp 3 --steps 6 --seed 1812 --layers-per-stage 1,2,1
+rec heldout19 send-delay-3x2        --dp 3 --pp 2 --steps 6 --seed 1813 --send-delay-rank 0 --send-delay-ms 20
+rec heldout19 send-delay-2x3        --dp 2 --pp 3 --steps 6 --seed 1814 --send-delay-rank 3 --send-delay-ms 20
+rec heldout19 var-seq-2x2           --dp 2 --pp 2 --steps 6 --seed 1815 --var-seq --seq 64
+rec heldout19 var-seq-4x2           --dp 4 --pp 2 --steps 6 --seed 1816 --var-seq --seq 64
+rec heldout19 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1817 --gc-pause
+rec heldout19 gc-pause-2x4          --dp 2 --pp 4 --steps 6 --seed 1818 --gc-pause
+rec heldout19 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1819 --stall-rank 5 --stall-ms 100
+rec heldout19 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1820 --stall-rank 2 --stall-ms 80
