@@ -987,9 +987,17 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     the P2P rows; when the rows are stored in (step, worker) blocks, each in time order
     (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
     blocks' order splits no run and joins none, their cells differing), so the runs are numbered
-    as they are stored, without the sort and its gathers: the same calls, other numbers."""
-    # ids below the P2P row count: int32 where the rows' count fits one
+    as they are stored, without the sort and its gathers: the same calls, other numbers. When
+    every row, not only the P2P ones, is stored so, the rows of equal (cell, start) are one run
+    of all the rows (any row between two of them shares their cell and start), so the runs of
+    all the rows are numbered and the other rows' ids set to -1: the same calls again, without
+    finding or gathering the P2P rows (ids below the row count, with gaps)."""
+    # ids below the row count: int32 where it fits one
     kind: type[np.signedinteger[Any]] = np.int32 if stats.n_ops <= np.iinfo(np.int32).max else np.int64
+    if stats.op_start is not None and is_p2p.any() and _in_cell_blocks(stats.op_cell, stats.op_start):
+        every = _runs_numbered(stats.op_cell, stats.op_start, kind)
+        np.copyto(every, -1, where=~is_p2p)
+        return every
     out: BatchIds = np.full(stats.n_ops, -1, dtype=kind)
     if stats.op_start is None or not is_p2p.any():
         return out
@@ -999,15 +1007,22 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     if not _in_cell_blocks(cell, start):
         order = np.lexsort((start, cell))
         idx, cell, start = idx[order], cell[order], start[order]
-    # a new call where the cell or the start changes, numbered in one array of the ids' width
-    new_group = np.empty(len(idx), dtype=bool)
+    out[idx] = _runs_numbered(cell, start, kind)
+    return out
+
+
+def _runs_numbered(
+    cell: npt.NDArray[np.integer[Any]], start: npt.NDArray[np.float64], kind: type[np.signedinteger[Any]]
+) -> BatchIds:
+    """Per row: the number of its run of equal (cell, start) neighbours, from 0, in one array of
+    the ids' width ``kind`` (a new run where the cell or the start changes)."""
+    new_group = np.empty(len(cell), dtype=bool)
     new_group[0] = True
     np.not_equal(cell[1:], cell[:-1], out=new_group[1:])
     new_group[1:] |= start[1:] != start[:-1]
     ids: BatchIds = np.cumsum(new_group, dtype=kind)
     ids -= 1
-    out[idx] = ids
-    return out
+    return ids
 
 
 SHARED_BATCHES = "slow-communication P2P batch ids"
