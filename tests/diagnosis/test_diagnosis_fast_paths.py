@@ -403,6 +403,35 @@ def test_coherence_grid_falls_back_on_a_gap(monkeypatch: pytest.MonkeyPatch) -> 
         assert not fired and fast == plain
 
 
+def test_coherence_grid_needs_every_cell_once() -> None:
+    # as many rows as cells but one cell twice (another left empty), or a NaN among the values:
+    # no grid; every cell once in any row order: the grid is the values at their cells, both
+    # medians taken out
+    from diagnosers.detectors.sequence_length import _median_along, _normalised_grid
+
+    rng = np.random.default_rng(3)
+    n_s, dp, n_mb, n_c = 3, 4, 5, 2
+    si, d, mb, col = (a.reshape(-1) for a in np.meshgrid(
+        np.arange(n_s), np.arange(dp), np.arange(n_mb) + 2, np.arange(n_c) * 3, indexing="ij"
+    ))
+    order = rng.permutation(len(si))
+    si, d, col = si[order].astype(np.int64), d[order].astype(np.int32), col[order]
+    mb = mb[order].astype(np.int32)
+    v = rng.normal(size=len(si))
+    got = _normalised_grid(si, d, dp, mb, col, v)
+    want = np.empty((n_c, n_s, dp, n_mb))
+    want[col // 3, si, d, mb - 2] = v
+    want -= _median_along(want, 3)
+    want -= _median_along(want, 2)
+    assert got is not None and np.array_equal(got, want.reshape(n_c, -1))
+    twice = mb.copy()
+    twice[np.flatnonzero((mb == 3) & (si == 0) & (d == 0) & (col == 0))] = 4  # (0, 0, 4, 0) twice
+    assert _normalised_grid(si, d, dp, twice, col, v) is None
+    nan = v.copy()
+    nan[7] = np.nan
+    assert _normalised_grid(si, d, dp, mb, col, nan) is None
+
+
 @pytest.mark.parametrize("name", ["AR", "SE"])
 def test_coherence_grid_on_the_study_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from diagnosers.readers import load_trace
