@@ -142,12 +142,8 @@ def _coherence(stats: TraceStats) -> tuple[float, float]:
     del p, g, b
     n_col = int(col.max()) + 1
     v = np.log(stats.transfer[rows])
-    del rows
     m = _normalised_grid(si, d, stats.dp, mb, col, v)
-    if m is not None:
-        # the rows' ids and values are in the grid now: let go before its ranks and correlations
-        del si, d, mb, col, v
-    else:
+    if m is None:
         # the grouped path's row keys, made only here (the grid needs none)
         worker_step = si * stats.dp + d
         row = worker_step * (int(mb.max()) + 1) + mb
