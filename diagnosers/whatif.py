@@ -136,6 +136,34 @@ class WhatIfEngine:
         present = set(t.optype.tolist())  # node-sized
         return {c: self.orig_dense[t.optype == c].reshape(-1) for c in sorted(set(codes) & present)}
 
+    def type_blocks(self, codes: Iterable[int]) -> list[tuple[int, int, Array]] | None:
+        """Per (stage, op-type code of ``codes``) with ops, in that order: ``(stage, code, block)``,
+        the block the original durations of that stage's ops of that type in every (DP rank,
+        step) cell, ``(m, dp, n_steps)`` for its ``m`` nodes: a view of the dense layout (a
+        template numbers its nodes by stage, then op type, then seq id, so each such set of nodes
+        is one run), no copy. Only where the cells are exactly the rows (as :meth:`type_values`)
+        over the meta's DP ranks and stages; None otherwise."""
+        t = self.template
+        meta = self.trace.meta
+        if self.trace.graph is not None or not self.fills_every_cell or (t.dp, t.pp) != (meta.dp, meta.pp):
+            return None
+        wanted = set(int(c) for c in codes)
+        out: list[tuple[int, int, Array]] = []
+        # node-sized: the runs of equal (stage, op type) over the node numbering
+        if not t.n_nodes:
+            return None
+        key = t.stage * (int(t.optype.max()) + 1) + t.optype
+        starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1, t.n_nodes]
+        seen: set[tuple[int, int]] = set()
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+            s, o = int(t.stage[a]), int(t.optype[a])
+            if (s, o) in seen:  # not one run per (stage, type): not a template of that numbering
+                return None
+            seen.add((s, o))
+            if o in wanted:
+                out.append((s, o, self.orig_dense[a:b]))
+        return sorted(out, key=lambda x: (x[0], x[1]))
+
     def cell_sums(self, codes: tuple[int, ...], steps: npt.NDArray[np.int64]) -> Array | None:
         """Per (step, DP rank, stage) cell ``(n_steps, dp, pp)``: the summed original durations of
         its ops of the types ``codes`` (compute or optimizer types), read node by node off the

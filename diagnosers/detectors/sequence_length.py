@@ -212,11 +212,24 @@ def _normalised_grid(
     if int(d.min()) < 0 or int(d.max()) >= dp or int(si.min()) < 0:
         return None
     n_rows = n_s * dp * n_mb
-    cell = col_id * n_rows + (si * dp + d) * n_mb + (mb - mb_lo)
-    if np.bincount(cell, minlength=n).max(initial=0) != 1:  # every cell once (n rows, n cells)
-        return None
-    m = np.empty(n)
+    # each row's cell ``col_id * n_rows + (si * dp + d) * n_mb + (mb - mb_lo)``, in Horner form
+    # in the inverse's own fresh int64 array, updated in place (the same integers, no
+    # temporaries); every cell lies in [0, n) by the bounds above
+    cell = col_id.astype(np.int64, copy=False)
+    cell *= n_s
+    cell += si
+    cell *= dp
+    cell += d
+    cell *= n_mb
+    cell += mb
+    cell -= mb_lo
+    # every cell once: n rows written into n cells leave none unwritten (still NaN) exactly when
+    # no two share a cell, given no NaN among the values (a NaN there falls back too)
+    m = np.full(n, np.nan)
     m[cell] = v
+    del cell
+    if np.isnan(m).any():
+        return None
     # the worker-step's microbatches of each column: the median along the microbatch axis, the
     # grid's contiguous last one
     by_ws = m.reshape(n_c, n_s * dp, n_mb)

@@ -57,7 +57,7 @@ a sender waiting for a late receiver.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -190,31 +190,69 @@ def comm_mask(stats: TraceStats) -> npt.NDArray[np.bool_]:
     return stats.of_types(COMM_CODES.tolist())
 
 
+# the P2P rows, their link ids and their transfer ratios (``P2PRows``' per-row views)
+RowViews = tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.float64]]
+
+
 @dataclass(frozen=True)
 class P2PRows:
-    """The point-to-point rows' per-row views and sums that :func:`candidates` and
-    :func:`stands_out` both read, gathered once from the P2P rows instead of computed over every
-    op and masked.
+    """The point-to-point rows' sums that :func:`candidates` and :func:`stands_out` both read,
+    and their per-row views, made once instead of computed over every op and masked.
 
-    ``rows``: the op rows of P2P transfers, ascending; ``link``: their PP link id (``p2p_links``,
-    -1 for a transfer off the pipeline's links); ``ratio``: transfer time over the type baseline
-    (floored at 1e-12 s); ``worker_excess_sum``, ``worker_ratio_sum`` / ``worker_n``: the excess
-    (transfer time over the type baseline, clipped at 0) and the ratios summed, and the rows
-    counted, per flat worker; ``link_excess_sum``, ``link_ratio_sum`` / ``link_n``: the same per
-    link id (``dp * pp`` slots; rows off the links left out). Every sum runs over the rows in
-    ascending order, as a bincount over all ops masked to these rows does, so the sums are the
-    same to the bit. (The per-row excess and flat workers are summed and let go: kept, they were
-    14 MB at 1.9M ops on top of the detector's peak of live memory.)"""
+    ``worker_excess_sum``, ``worker_ratio_sum`` / ``worker_n``: the excess (transfer time over
+    the type baseline, clipped at 0) and the ratio (transfer time over the type baseline floored
+    at 1e-12 s) summed, and the rows counted, per flat worker; ``link_excess_sum``,
+    ``link_ratio_sum`` / ``link_n``: the same per PP link id (``dp * pp`` slots; rows off the
+    links left out). Made over the rows in ascending order (a bincount, as over all ops masked to
+    the P2P rows: the same sums to the bit), or read off the engine's dense layout where it holds
+    the rows (``p2p_rows``: the same terms, added in another order; the last bits may differ).
 
-    rows: npt.NDArray[np.int64]
-    link: npt.NDArray[np.int32]
-    ratio: npt.NDArray[np.float64]
+    The per-row views, made on first read (``far_ends`` reads them, only for a candidate that
+    stands out): ``rows``, the op rows of P2P transfers, ascending; ``link``, their link ids
+    (``p2p_links``, -1 off the pipeline's links); ``ratio``, their ratios."""
+
     worker_excess_sum: npt.NDArray[np.float64]
     worker_ratio_sum: npt.NDArray[np.float64]
     worker_n: npt.NDArray[np.int64]
     link_excess_sum: npt.NDArray[np.float64]
     link_ratio_sum: npt.NDArray[np.float64]
     link_n: npt.NDArray[np.int64]
+    per_row: Callable[[], RowViews]
+    _made: dict[str, RowViews] = field(default_factory=dict, repr=False, compare=False)
+
+    def _views(self) -> RowViews:
+        if "views" not in self._made:
+            self._made["views"] = self.per_row()
+        return self._made["views"]
+
+    @property
+    def rows(self) -> npt.NDArray[np.int64]:
+        return self._views()[0]
+
+    @property
+    def link(self) -> npt.NDArray[np.int32]:
+        return self._views()[1]
+
+    @property
+    def ratio(self) -> npt.NDArray[np.float64]:
+        return self._views()[2]
+
+
+def _p2p_row_views(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    base: Baseline,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(rows, link, ratio, excess) of the P2P rows of ``links``, gathered (fresh arrays)."""
+    is_p2p, link = links
+    rows = np.flatnonzero(is_p2p)
+    t, b = transfer[rows], base[rows]
+    # the same operations on fresh gathers, made in place: no row-sized temporaries beside them
+    excess = np.subtract(t, b)
+    np.clip(excess, 0.0, None, out=excess)
+    ratio = np.divide(t, np.maximum(b, 1e-12, out=b), out=t)
+    return rows, link[rows], ratio, excess
 
 
 def p2p_rows(
@@ -224,16 +262,24 @@ def p2p_rows(
     links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
 ) -> P2PRows:
     """The :class:`P2PRows` of ``transfer`` against its type baselines ``base`` (``type_baseline``)
-    over the P2P rows and links of ``links`` (``p2p_links``)."""
-    is_p2p, link = links
-    rows = np.flatnonzero(is_p2p)
+    over the P2P rows and links of ``links`` (``p2p_links``).
+
+    Where ``transfer`` is the probe's and the engine's dense layout holds the rows, with the
+    baselines a per-type table (``PerType``), the sums are read off the layout, one (stage, P2P
+    type) block of nodes at a time (``WhatIfEngine.type_blocks``): every P2P row of a worker is a
+    cell of its stage's P2P nodes, and every row of one node is on the same link (its stage and
+    type give the link's lower stage). No row is found or gathered; the per-row views are made
+    only if read."""
+
+    def views() -> RowViews:
+        rows, on, ratio, _ = _p2p_row_views(stats, transfer, base, links)
+        return rows, on, ratio
+
+    dense = _p2p_dense_sums(stats, transfer, base, links, views)
+    if dense is not None:
+        return dense
     n_workers = stats.dp * stats.pp
-    t, b = transfer[rows], base[rows]
-    # the same operations on fresh gathers, made in place: no row-sized temporaries beside them
-    excess = np.subtract(t, b)
-    np.clip(excess, 0.0, None, out=excess)
-    ratio = np.divide(t, np.maximum(b, 1e-12, out=b), out=t)
-    del t, b
+    rows, on, ratio, excess = _p2p_row_views(stats, transfer, base, links)
     # the per-worker sums, then the per-link ones: each grouping's ids (in numpy's index type,
     # made once for its bincounts: each bincount of a narrower id would convert it again) made
     # and let go in turn, so that no more of them is alive at once than one needs
@@ -242,7 +288,6 @@ def p2p_rows(
     worker_ratio_sum = np.bincount(cell, weights=ratio, minlength=n_workers)
     worker_n = np.bincount(cell, minlength=n_workers)
     del cell
-    on = link[rows]
     # per link id, shifted by one: the rows off the links (-1) fall into slot 0, dropped; the
     # other slots add the same rows in the same order as a bincount of the on-link rows alone
     slot = on.astype(np.intp)
@@ -252,17 +297,57 @@ def p2p_rows(
     link_ratio_sum = np.bincount(slot, weights=ratio, minlength=n_workers + 1)[1:]
     link_n = np.bincount(slot, minlength=n_workers + 1)[1:]
     del slot
+    made = (rows, on, ratio)
     return P2PRows(
-        rows=rows,
-        link=on,
-        ratio=ratio,
         worker_excess_sum=worker_excess_sum.astype(np.float64, copy=False),
         worker_ratio_sum=worker_ratio_sum.astype(np.float64, copy=False),
         worker_n=worker_n,
         link_excess_sum=link_excess_sum.astype(np.float64, copy=False),
         link_ratio_sum=link_ratio_sum.astype(np.float64, copy=False),
         link_n=link_n,
+        per_row=lambda: made,
     )
+
+
+def _p2p_dense_sums(
+    stats: TraceStats,
+    transfer: npt.NDArray[np.float64],
+    base: Baseline,
+    links: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int32]],
+    views: Callable[[], RowViews],
+) -> P2PRows | None:
+    """The :class:`P2PRows` with its sums read off the engine's dense layout (see ``p2p_rows``;
+    its per-row views made by ``views``), or None where they cannot be read so: ``transfer`` not
+    the probe's, baselines not a per-type table, P2P rows other than the statistics' own
+    (``p2p_links``), an engine whose cells are not exactly the rows or whose DP ranks and stages
+    are not the statistics'."""
+    probe = stats.probe
+    if probe is None or transfer is not probe.original or not isinstance(base, PerType):
+        return None
+    if links[0] is not stats.of_types([FS, FR, BS, BR]):  # (the statistics' own P2P rows only)
+        return None
+    blocks = probe.engine.type_blocks([FS, FR, BS, BR])
+    dp, pp = stats.dp, stats.pp
+    if blocks is None or any(block.shape[1] != dp or not 0 <= s < pp for s, _, block in blocks):
+        return None
+    sums = np.zeros((6, dp * pp))  # worker excess, ratio, count; link excess, ratio, count
+    at = np.arange(dp) * pp  # each DP rank's first flat worker (and link) id
+    for s, o, block in blocks:
+        b = float(base.table[o]) if o < len(base.table) else 0.0
+        # per (node, DP rank, step) cell, the per-row expressions of the row path
+        excess = np.subtract(block, b)
+        np.clip(excess, 0.0, None, out=excess)
+        ratio = np.divide(block, max(b, 1e-12))
+        per_rank = (excess.sum(axis=(0, 2)), ratio.sum(axis=(0, 2)), block.shape[0] * block.shape[2])
+        for k, v in enumerate(per_rank):
+            sums[k, at + s] += v
+        # the link to the stage below for forward receives and backward sends, else above
+        lower = s - (o not in (FS, BR))
+        if 0 <= lower < pp - 1:
+            for k, v in enumerate(per_rank):
+                sums[3 + k, at + lower] += v
+    n = sums[[2, 5]].astype(np.int64)
+    return P2PRows(sums[0], sums[1], n[0], sums[3], sums[4], n[1], per_row=views)
 
 
 def candidates(
@@ -902,9 +987,17 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     the P2P rows; when the rows are stored in (step, worker) blocks, each in time order
     (``_in_cell_blocks``), a call's rows are one such run in the stored order already (the
     blocks' order splits no run and joins none, their cells differing), so the runs are numbered
-    as they are stored, without the sort and its gathers: the same calls, other numbers."""
-    # ids below the P2P row count: int32 where the rows' count fits one
+    as they are stored, without the sort and its gathers: the same calls, other numbers. When
+    every row, not only the P2P ones, is stored so, the rows of equal (cell, start) are one run
+    of all the rows (any row between two of them shares their cell and start), so the runs of
+    all the rows are numbered and the other rows' ids set to -1: the same calls again, without
+    finding or gathering the P2P rows (ids below the row count, with gaps)."""
+    # ids below the row count: int32 where it fits one
     kind: type[np.signedinteger[Any]] = np.int32 if stats.n_ops <= np.iinfo(np.int32).max else np.int64
+    if stats.op_start is not None and is_p2p.any() and _in_cell_blocks(stats.op_cell, stats.op_start):
+        every = _runs_numbered(stats.op_cell, stats.op_start, kind)
+        np.copyto(every, -1, where=~is_p2p)
+        return every
     out: BatchIds = np.full(stats.n_ops, -1, dtype=kind)
     if stats.op_start is None or not is_p2p.any():
         return out
@@ -914,15 +1007,22 @@ def batch_ids(stats: TraceStats, is_p2p: npt.NDArray[np.bool_]) -> BatchIds:
     if not _in_cell_blocks(cell, start):
         order = np.lexsort((start, cell))
         idx, cell, start = idx[order], cell[order], start[order]
-    # a new call where the cell or the start changes, numbered in one array of the ids' width
-    new_group = np.empty(len(idx), dtype=bool)
+    out[idx] = _runs_numbered(cell, start, kind)
+    return out
+
+
+def _runs_numbered(
+    cell: npt.NDArray[np.integer[Any]], start: npt.NDArray[np.float64], kind: type[np.signedinteger[Any]]
+) -> BatchIds:
+    """Per row: the number of its run of equal (cell, start) neighbours, from 0, in one array of
+    the ids' width ``kind`` (a new run where the cell or the start changes)."""
+    new_group = np.empty(len(cell), dtype=bool)
     new_group[0] = True
     np.not_equal(cell[1:], cell[:-1], out=new_group[1:])
     new_group[1:] |= start[1:] != start[:-1]
     ids: BatchIds = np.cumsum(new_group, dtype=kind)
     ids -= 1
-    out[idx] = ids
-    return out
+    return ids
 
 
 SHARED_BATCHES = "slow-communication P2P batch ids"

@@ -59,6 +59,30 @@ def test_batch_ids_are_the_sorted_grouping(seed: int) -> None:
         assert blocked  # stored in time-ordered blocks: the stored-order path is the one tested
     if not blocked:
         assert np.array_equal(got, want)  # the sort, numbered as the plain grouping numbers
+    if _in_cell_blocks(cell, start):  # every row stored so: the runs of all the rows numbered
+        assert np.array_equal(got[is_p2p], _all_runs(cell, start)[is_p2p])
+
+
+def _all_runs(cell: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Every row's run of equal (cell, start) neighbours, numbered from 0."""
+    return np.cumsum(np.r_[True, (cell[1:] != cell[:-1]) | (start[1:] != start[:-1])]) - 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batch_ids_with_other_rows_out_of_order(seed: int) -> None:
+    # P2P rows in time-ordered cell blocks, the other rows of a block out of time order: not the
+    # all-rows path (its runs would split a call), the P2P rows' own; the same calls either way
+    rng = np.random.default_rng(100 + seed)
+    blocks = int(rng.integers(2, 20))
+    lengths = rng.integers(3, 10, blocks)
+    cell = np.repeat(rng.permutation(100)[:blocks], lengths).astype(np.int64)
+    start = np.concatenate([np.sort(rng.integers(0, 4, n)) for n in lengths]).astype(np.float64)
+    is_p2p = rng.random(len(cell)) < 0.6
+    is_p2p[0], is_p2p[1] = False, True
+    start[0] = start[: lengths[0]].max() + 1.0  # a non-P2P row late in its block, stored first
+    assert not _in_cell_blocks(cell, start)
+    got = batch_ids(_stats(cell, start), is_p2p)  # type: ignore[arg-type]
+    assert _same_calls(got, _sorted_ids(cell, start, is_p2p))
 
 
 def test_in_cell_blocks() -> None:

@@ -205,6 +205,88 @@ def test_p2p_rows_link_sums_are_the_on_link_sums(interleaved: bool) -> None:
     assert v.link_n.sum() == on.sum() > 0
 
 
+@pytest.mark.parametrize("schedule", [Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.INTERLEAVED])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_p2p_sums_off_the_dense_layout_are_the_rows_sums(schedule: Schedule, shuffle: bool) -> None:
+    # the P2P view's sums read off the dense layout (per-type baselines, the probe's transfers)
+    # against the bincounts over the gathered rows (full-length baselines), to 1e-12 relative (the
+    # same terms in another order), the counts exactly; the per-row views are the rows' either way
+    from diagnosers.detectors.slow_communication import (
+        FR,
+        FS,
+        PerType,
+        comm_mask,
+        p2p_links,
+        p2p_rows,
+        type_baseline,
+        type_baseline_table,
+    )
+
+    vpp = 2 if schedule == Schedule.INTERLEAVED else 1
+    spec = ScenarioSpec(
+        dp=3, pp=4, vpp=vpp, microbatches=8, steps=3, seed=8, schedule=schedule,
+        scenarios=[Scenario.SLOW_COMMUNICATION],
+    )
+    trace = generate(spec).trace
+    if shuffle:
+        trace.ops = trace.ops.take(np.random.default_rng(1).permutation(len(trace.ops)))
+    engine = whatif.build_engine(trace)
+    stats = compute_stats(trace, engine)
+    assert stats.probe is not None
+    transfer, is_comm = stats.probe.original, comm_mask(stats)
+    blocks = engine.type_blocks([FS, FR])
+    has = np.isin(trace.ops.optype, [FS, FR])
+    present = sorted(set(zip(trace.ops.stage[has].tolist(), trace.ops.optype[has].tolist(), strict=True)))
+    assert blocks is not None and [(s, o) for s, o, _ in blocks] == present
+    for s, o, block in blocks:  # each block: its (stage, type)'s durations, every cell
+        of = has & (trace.ops.stage == s) & (trace.ops.optype == o)
+        assert block.shape[1:] == (3, 3) and np.array_equal(np.sort(block, axis=None), np.sort(transfer[of]))
+    links = p2p_links(stats)
+    rows_way = p2p_rows(stats, transfer, type_baseline(stats, transfer, is_comm), links)
+    table = PerType(type_baseline_table(stats, transfer, is_comm), stats.optype)
+    dense_way = p2p_rows(stats, transfer, table, links)
+    assert "views" not in dense_way._made  # the per-row views not made until read
+    n = stats.dp * stats.pp
+    is_p2p, link = links
+    excess = np.clip(transfer - table[np.arange(len(transfer))], 0.0, None)
+    ratio = transfer / np.maximum(table[np.arange(len(transfer))], 1e-12)
+    on = is_p2p & (link >= 0)
+    plain = {
+        "worker_excess_sum": np.bincount(stats.op_worker[is_p2p], weights=excess[is_p2p], minlength=n),
+        "worker_ratio_sum": np.bincount(stats.op_worker[is_p2p], weights=ratio[is_p2p], minlength=n),
+        "worker_n": np.bincount(stats.op_worker[is_p2p], minlength=n),
+        "link_excess_sum": np.bincount(link[on], weights=excess[on], minlength=n),
+        "link_ratio_sum": np.bincount(link[on], weights=ratio[on], minlength=n),
+        "link_n": np.bincount(link[on], minlength=n),
+    }
+    for name, want in plain.items():
+        assert np.array_equal(getattr(rows_way, name), want), name  # the rows' own way: to the bit
+        got = getattr(dense_way, name)
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=name)
+    assert plain["link_n"].sum() > 0 and plain["worker_excess_sum"].sum() > 0
+    for name in ("rows", "link", "ratio"):
+        assert np.array_equal(getattr(dense_way, name), getattr(rows_way, name)), name
+    # off the dense path: a copy of the transfers, or P2P rows not the statistics' own
+    copied = p2p_rows(stats, transfer.copy(), table, links)
+    assert np.array_equal(copied.worker_excess_sum, plain["worker_excess_sum"])
+    other = p2p_rows(stats, transfer, table, (is_p2p.copy(), link))
+    assert np.array_equal(other.link_ratio_sum, plain["link_ratio_sum"])
+
+
+def test_type_blocks_are_none_for_a_reader_stated_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a trace whose reader states its graph (kernel-level) gives no blocks: its nodes are no
+    # (stage, type) runs of the rows' op types; nor does one whose template is not the meta's shape
+    trace = _job(interleaved=False, shuffle=False)
+    engine = whatif.build_engine(trace)
+    assert engine.type_blocks([FWD_CODE]) is not None
+    monkeypatch.setattr(trace, "graph", object())
+    assert engine.type_blocks([FWD_CODE]) is None
+    monkeypatch.setattr(trace, "graph", None)
+    monkeypatch.setattr(engine.template, "pp", 2)
+    assert engine.type_blocks([FWD_CODE]) is None
+
+
 @pytest.mark.parametrize(
     "layout", ["sorted", "blocks", "split run", "unequal runs", "one group", "single rows", "long runs"]
 )
@@ -319,6 +401,35 @@ def test_coherence_grid_falls_back_on_a_gap(monkeypatch: pytest.MonkeyPatch) -> 
         trace.ops = ops
         fast, plain, fired = _coherence_both_ways(trace, monkeypatch, engine)
         assert not fired and fast == plain
+
+
+def test_coherence_grid_needs_every_cell_once() -> None:
+    # as many rows as cells but one cell twice (another left empty), or a NaN among the values:
+    # no grid; every cell once in any row order: the grid is the values at their cells, both
+    # medians taken out
+    from diagnosers.detectors.sequence_length import _median_along, _normalised_grid
+
+    rng = np.random.default_rng(3)
+    n_s, dp, n_mb, n_c = 3, 4, 5, 2
+    si, d, mb, col = (a.reshape(-1) for a in np.meshgrid(
+        np.arange(n_s), np.arange(dp), np.arange(n_mb) + 2, np.arange(n_c) * 3, indexing="ij"
+    ))
+    order = rng.permutation(len(si))
+    si, d, col = si[order].astype(np.int64), d[order].astype(np.int32), col[order]
+    mb = mb[order].astype(np.int32)
+    v = rng.normal(size=len(si))
+    got = _normalised_grid(si, d, dp, mb, col, v)
+    want = np.empty((n_c, n_s, dp, n_mb))
+    want[col // 3, si, d, mb - 2] = v
+    want -= _median_along(want, 3)
+    want -= _median_along(want, 2)
+    assert got is not None and np.array_equal(got, want.reshape(n_c, -1))
+    twice = mb.copy()
+    twice[np.flatnonzero((mb == 3) & (si == 0) & (d == 0) & (col == 0))] = 4  # (0, 0, 4, 0) twice
+    assert _normalised_grid(si, d, dp, twice, col, v) is None
+    nan = v.copy()
+    nan[7] = np.nan
+    assert _normalised_grid(si, d, dp, mb, col, nan) is None
 
 
 @pytest.mark.parametrize("name", ["AR", "SE"])

@@ -181,7 +181,10 @@ def test_type_baselines_looked_up_where_read_are_the_full_length_ones(schedule: 
     assert np.array_equal(looked_up[np.arange(len(full))], full)
     links = p2p_links(stats)
     a, b = p2p_rows(stats, transfer, full, links), p2p_rows(stats, transfer, looked_up, links)
-    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    # (the looked-up baselines' sums are read off the dense layout: the same terms in another order)
+    sums = [f for f in a.__dataclass_fields__ if f.endswith(("_sum", "_n"))]
+    assert all(np.allclose(getattr(a, f), getattr(b, f), rtol=1e-12, atol=0) for f in sums)
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("rows", "link", "ratio"))
     plain = candidates(stats, transfer, base=full)
     kept = candidates(stats, transfer, base=looked_up)
     assert [(n, c) for n, c, _ in plain] == [(n, c) for n, c, _ in kept]
