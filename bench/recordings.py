@@ -63,7 +63,7 @@ before the eighteenth round's rules were made, diagnosed once at its end), ``hel
 20 recordings, seeds 1701-1720, recorded beside the test suite's run and committed unread before
 the nineteenth round, diagnosed once at its end), ``heldout19`` (balanced, 20 recordings, seeds
 1801-1820, recorded beside the nineteenth round's checks and committed unread before the twentieth
-round's rules, to be diagnosed once at its end), ``all`` (every part but the newest held-out one).
+round's rules, diagnosed once at its end), ``all`` (every part above).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ PARTS = {
     "seen": ["tune", "heldout", "heldout2", "heldout3"],
     "all": ["tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14",
-            "heldout15", "heldout16", "heldout17", "heldout18"],
+            "heldout15", "heldout16", "heldout17", "heldout18", "heldout19"],
 }
 
 
