@@ -83,12 +83,16 @@ nineteenth round's end, on the tree as the eighteenth left it.
 fixed and committed before the twentieth round's rule changes (set 13 is seen data by then), and
 run once at that round's end.
 
+``--set 15`` (held out) draws the same families, shapes and cost style from one more fresh seed:
+fixed and committed before the twenty-first round's rule changes (set 14 is seen data by then),
+and run once at that round's end.
+
 ``--set tune8`` (seen) draws the same families, shapes and cost style from one more seed: made
 during the fourteenth round, after its first rules, as a fresh *tuning* check of them on draws
 they were not made on (not a held-out figure: it is read while rules are still being made).
 
-    .venv/bin/python bench/heldout3.py [--set 3|4|5|tune5|6|tune6|7|8|tune8|9|10|11|12|13|14] [--family NAME]
-                                       [--verbose] [--json] [--list] [--subset N]
+    .venv/bin/python bench/heldout3.py [--set 3|4|5|tune5|6|tune6|7|8|tune8|9|10|11|12|13|14|15]
+                                       [--family NAME] [--verbose] [--json] [--list] [--subset N]
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ SEEDS: dict[int | str, int] = {
     3: SET3_SEED, 4: 4_2026_1201, 5: 5_2026_1202, "tune5": 51_2026_1202,
     6: 6_2026_1202, "tune6": 61_2026_1202, 7: 7_2026_1202, 8: 8_2026_1202, "tune8": 81_2026_1203,
     9: 9_2026_1203, 10: 10_2026_1203, 11: 11_2026_1203, 12: 12_2026_1203,
-    13: 13_2026_1203, 14: 14_2026_1204,
+    13: 13_2026_1203, 14: 14_2026_1204, 15: 15_2026_1204,
 }
 PER_FAMILY = 12
 CLEAR = 1.05
@@ -199,7 +203,7 @@ SHAPES_6 = Shapes(
 SHAPES: dict[int | str, Shapes] = {
     3: SHAPES_3, 4: SHAPES_3, 5: SHAPES_5, "tune5": SHAPES_5, 6: SHAPES_6, "tune6": SHAPES_6,
     7: SHAPES_6, 8: SHAPES_6, "tune8": SHAPES_6, 9: SHAPES_6, 10: SHAPES_6, 11: SHAPES_6,
-    12: SHAPES_6, 13: SHAPES_6, 14: SHAPES_6,
+    12: SHAPES_6, 13: SHAPES_6, 14: SHAPES_6, 15: SHAPES_6,
 }
 
 
@@ -574,13 +578,13 @@ FAMILIES_6 = [*FAMILIES_5, *SET6_NEW]
 SET_FAMILIES: dict[int | str, list[str]] = {
     3: FAMILIES, 4: FAMILIES, 5: FAMILIES_5, "tune5": FAMILIES_5, 6: FAMILIES_6, "tune6": FAMILIES_6,
     7: FAMILIES_6, 8: FAMILIES_6, "tune8": FAMILIES_6, 9: FAMILIES_6, 10: FAMILIES_6, 11: FAMILIES_6,
-    12: FAMILIES_6, 13: FAMILIES_6, 14: FAMILIES_6,
+    12: FAMILIES_6, 13: FAMILIES_6, 14: FAMILIES_6, 15: FAMILIES_6,
 }
 
 
 def set3_cases(which: int | str = 3) -> list[H3Case]:
     """The fixed list ``which`` (3, 4, 5, "tune5", 6, "tune6", 7, 8, "tune8", 9, 10,
-    11, 12, 13 or 14): every family's jobs,
+    11, 12, 13, 14 or 15): every family's jobs,
     then the mixes (deterministic in ``SEEDS[which]``, on ``SHAPES[which]``)."""
     seed, sh = SEEDS[which], SHAPES[which]
     cases: list[H3Case] = []
@@ -767,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
         "--set", default="3", choices=[str(k) for k in SEEDS],
         help="set 3, set 4 (other seed), set 5 (other seed and shapes), tune5 (set 5's tuning "
         "companion), set 6 (other seeds, shapes, costs and noise), tune6 (its tuning companion) "
-        "or sets 7, 8, tune8, 9, 10, 11, 12, 13 and 14 (set 6's draw, fresh seeds)",
+        "or sets 7, 8, tune8, 9, 10, 11, 12, 13, 14 and 15 (set 6's draw, fresh seeds)",
     )
     args = ap.parse_args(argv)
     which: int | str = int(args.set) if args.set.isdigit() else args.set

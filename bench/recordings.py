@@ -31,7 +31,8 @@ A partition injection is exempt (its expected cause is itself a stage imbalance)
     .venv/bin/python bench/recordings.py [--part tune|heldout|tuning|heldout2|heldout3|seen|heldout4|
                                                 heldout5|heldout6|heldout7|heldout8|heldout9|heldout10|
                                                 heldout11|heldout12|heldout13|heldout14|heldout15|
-                                                heldout16|heldout17|heldout18|heldout19|all]
+                                                heldout16|heldout17|heldout18|heldout19|
+                                                heldout20|all]
                                          [--verbose]
 
 Parts: ``tune`` and ``heldout`` (the first two folders), ``tuning`` (both: the first held-out
@@ -63,7 +64,10 @@ before the eighteenth round's rules were made, diagnosed once at its end), ``hel
 20 recordings, seeds 1701-1720, recorded beside the test suite's run and committed unread before
 the nineteenth round, diagnosed once at its end), ``heldout19`` (balanced, 20 recordings, seeds
 1801-1820, recorded beside the nineteenth round's checks and committed unread before the twentieth
-round's rules, diagnosed once at its end), ``all`` (every part above).
+round's rules, diagnosed once at its end), ``heldout20`` (balanced, 20 recordings, seeds
+1901-1920, recorded beside the twentieth round's test suite and committed unread before the
+twenty-first round's rules, to be diagnosed once at its end), ``all`` (every part but the newest
+held-out one).
 """
 
 from __future__ import annotations
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = ["tune", "heldout", "tuning", "heldout2", "heldout3", "seen", "heldout4", "heldout5", "heldout6",
              "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13",
-             "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "all"]
+             "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "heldout20", "all"]
     ap.add_argument("--part", choices=parts, default="tune")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)

@@ -3,9 +3,9 @@
 #   sh tests/data/kineto_widened/record.sh [.venv/bin/python] [PART]
 # The tuning part (tune/) and the held-out part (heldout/) were fixed here before any was diagnosed;
 # the second held-out part (heldout2/) was recorded and committed before the next round of detector
-# changes, and diagnosed once, at its end; heldout3 to heldout19 likewise. PART (tune,
+# changes, and diagnosed once, at its end; heldout3 to heldout20 likewise. PART (tune,
 # heldout, heldout2, heldout3, heldout4, heldout5, heldout6, heldout7, heldout8, heldout9, heldout10, heldout11, heldout12, heldout13, heldout14, heldout15,
-# heldout16, heldout17, heldout18, heldout19) re-records only that part.
+# heldout16, heldout17, heldout18, heldout19, heldout20) re-records only that part.
 set -e
 PY=${1:-.venv/bin/python}
 ONLY=${2:-}
@@ -351,3 +351,24 @@ rec heldout19 gc-pause-3x2          --dp 3 --pp 2 --steps 6 --seed 1817 --gc-pau
 rec heldout19 gc-pause-2x4          --dp 2 --pp 4 --steps 6 --seed 1818 --gc-pause
 rec heldout19 dataloader-stall-2x3  --dp 2 --pp 3 --steps 6 --seed 1819 --stall-rank 5 --stall-ms 100
 rec heldout19 dataloader-stall-4x2  --dp 4 --pp 2 --steps 6 --seed 1820 --stall-rank 2 --stall-ms 80
+# --- held out, twentieth set (recorded after the twentieth round, before any rule of the twenty-first) ---
+rec heldout20 healthy-2x4           --dp 2 --pp 4 --steps 6 --seed 1901
+rec heldout20 healthy-3x3           --dp 3 --pp 3 --steps 6 --seed 1902
+rec heldout20 healthy-4x2           --dp 4 --pp 2 --steps 6 --seed 1903
+rec heldout20 slow-rank-2x2         --dp 2 --pp 2 --steps 6 --seed 1904 --slow-rank 1 --slow-ms 12
+rec heldout20 slow-rank-2x3         --dp 2 --pp 3 --steps 6 --seed 1905 --slow-rank 5 --slow-ms 15
+rec heldout20 slow-rank-first-4x2   --dp 4 --pp 2 --steps 6 --seed 1906 --slow-rank 3 --slow-ms 12
+rec heldout20 slow-rank-3x2         --dp 3 --pp 2 --steps 6 --seed 1907 --slow-rank 4 --slow-ms 12
+rec heldout20 slow-rank-weak-3x3    --dp 3 --pp 3 --steps 6 --seed 1908 --slow-rank 8 --slow-ms 8
+rec heldout20 onset-2x2             --dp 2 --pp 2 --steps 8 --seed 1909 --slow-rank 3 --slow-ms 20 --slow-from-step 4
+rec heldout20 onset-3x3             --dp 3 --pp 3 --steps 8 --seed 1910 --slow-rank 5 --slow-ms 20 --slow-from-step 5
+rec heldout20 layers-2x2            --dp 2 --pp 2 --steps 6 --seed 1911 --layers-per-stage 2,1
+rec heldout20 layers-2x4            --dp 2 --pp 4 --steps 6 --seed 1912 --layers-per-stage 1,1,2,1
+rec heldout20 send-delay-4x2        --dp 4 --pp 2 --steps 6 --seed 1913 --send-delay-rank 2 --send-delay-ms 20
+rec heldout20 send-delay-2x4        --dp 2 --pp 4 --steps 6 --seed 1914 --send-delay-rank 4 --send-delay-ms 20
+rec heldout20 var-seq-3x2           --dp 3 --pp 2 --steps 6 --seed 1915 --var-seq --seq 64
+rec heldout20 var-seq-2x4           --dp 2 --pp 4 --steps 6 --seed 1916 --var-seq --seq 64
+rec heldout20 gc-pause-2x3          --dp 2 --pp 3 --steps 6 --seed 1917 --gc-pause
+rec heldout20 gc-pause-4x2          --dp 4 --pp 2 --steps 6 --seed 1918 --gc-pause
+rec heldout20 dataloader-stall-3x2  --dp 3 --pp 2 --steps 6 --seed 1919 --stall-rank 1 --stall-ms 100
+rec heldout20 dataloader-stall-2x2  --dp 2 --pp 2 --steps 6 --seed 1920 --stall-rank 3 --stall-ms 80
